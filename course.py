@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Set up the hooktutor course environment and run it. Needs only Python 3.10+.
+
+    python3 course.py lab       # create .venv if missing, install pinned versions, open JupyterLab
+    python3 course.py test      # the same set-up, then the whole test suite
+    python3 course.py regen     # re-execute every notebook top to bottom, storing its outputs
+    python3 course.py doctor    # check the environment and say what to fix
+    python3 course.py student OUTDIR   # write the student edition (solutions removed)
+
+Extra arguments after the command go to jupyter lab / pytest / the tool. The environment
+lives in .venv next to this file (set HOOKTUTOR_VENV to put it elsewhere). Exact versions
+come from requirements/constraints.txt; it is reinstalled only when that file or
+pyproject.toml changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
+NOTEBOOKS = ROOT / "notebooks"
+EXTRAS = "lab,test"
+MIN_PYTHON = (3, 10)
+
+
+def say(msg: str) -> None:
+    print(f"[course] {msg}", flush=True)
+
+
+def venv_dir() -> Path:
+    return Path(os.environ.get("HOOKTUTOR_VENV", ROOT / ".venv")).resolve()
+
+
+def venv_bin(name: str) -> Path:
+    folder = "Scripts" if os.name == "nt" else "bin"
+    exe = ".exe" if os.name == "nt" else ""
+    return venv_dir() / folder / f"{name}{exe}"
+
+
+def run(cmd: list[str | os.PathLike], **kw) -> int:
+    return subprocess.call([str(c) for c in cmd], cwd=kw.pop("cwd", ROOT), **kw)
+
+
+def _stamp() -> str:
+    h = hashlib.sha256()
+    for f in (CONSTRAINTS, ROOT / "pyproject.toml"):
+        h.update(f.read_bytes())
+    h.update(EXTRAS.encode())
+    return h.hexdigest()
+
+
+def ensure_env() -> Path:
+    """Create the virtual environment if missing and install the pinned versions into it."""
+    if sys.version_info < MIN_PYTHON:
+        sys.exit(f"hooktutor needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
+                 f"{sys.version.split()[0]}. Run course.py with a newer python3.")
+    python = venv_bin("python")
+    if not python.exists():
+        say(f"creating the course environment in {venv_dir()}")
+        venv.EnvBuilder(with_pip=True, clear=False).create(venv_dir())
+    stamp_file = venv_dir() / ".hooktutor-stamp"
+    stamp = _stamp()
+    if stamp_file.exists() and stamp_file.read_text().strip() == stamp:
+        return python
+    say("installing the pinned versions (torch 2.13.0 and the Jupyter stack); the first time "
+        "this takes a minute or two")
+    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
+           "-c", CONSTRAINTS, "-e", f".[{EXTRAS}]"]
+    if run(cmd) != 0:
+        sys.exit("[course] installing failed; see pip's message above. `python3 course.py doctor` "
+                 "explains the usual causes (an old Python, no network to the package index).")
+    stamp_file.write_text(stamp + "\n")
+    return python
+
+
+def notebooks() -> list[Path]:
+    return sorted(p for p in NOTEBOOKS.glob("*.ipynb"))
+
+
+def cmd_lab(args: list[str]) -> int:
+    ensure_env()
+    say("starting JupyterLab on notebooks/ (open the URL printed below; Ctrl-C stops it)")
+    return run([venv_bin("jupyter"), "lab", "--no-browser", "--ip=127.0.0.1",
+                f"--ServerApp.root_dir={NOTEBOOKS}",
+                "--LabApp.default_url=/lab/tree/00_start_here.ipynb", *args])
+
+
+def cmd_test(args: list[str]) -> int:
+    python = ensure_env()
+    say("running the library tests, every notebook under strict nbval, and the browser tests")
+    return run([python, "-m", "pytest", *args])
+
+
+def cmd_regen(args: list[str]) -> int:
+    python = ensure_env()
+    targets = [Path(a).resolve() for a in args] or notebooks()
+    for nb in targets:
+        say(f"executing {nb.relative_to(ROOT)}")
+        code = run([python, "-m", "hooktutor", "regen", nb])
+        if code != 0:
+            return code
+    return 0
+
+
+def cmd_tool(sub: str, args: list[str]) -> int:
+    python = ensure_env()
+    return run([python, "-m", "hooktutor", sub, *args])
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in {"-h", "--help", "help"}:
+        print(__doc__)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "lab":
+        return cmd_lab(rest)
+    if command == "test":
+        return cmd_test(rest)
+    if command == "regen":
+        return cmd_regen(rest)
+    if command in {"doctor", "student"}:
+        return cmd_tool(command, rest)
+    if command == "setup":
+        ensure_env()
+        return 0
+    print(f"unknown command {command!r}\n{__doc__}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,36 @@
+"""``python -m hooktutor doctor | regen NB... | student OUTDIR``."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str]) -> int:
+    usage = ("usage: python -m hooktutor doctor | regen NOTEBOOK... | student OUTDIR\n"
+             "  doctor   check this environment for the course and say what to fix\n"
+             "  regen    execute notebooks top to bottom and store their outputs\n"
+             "  student  write the student edition of every lesson into OUTDIR")
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(usage)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command == "doctor":
+        from .doctor import main as doctor
+        return doctor(rest)
+    if command == "regen":
+        if not rest:
+            print("regen needs at least one notebook path", file=sys.stderr)
+            return 2
+        from .notebook_tools import execute
+        for nb in rest:
+            execute(nb)
+        return 0
+    if command == "student":
+        from .student import main as student
+        return student(rest)
+    print(f"unknown command {command!r}\n{usage}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

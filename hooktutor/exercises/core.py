@@ -1,0 +1,372 @@
+"""The machinery of self-checking exercises.
+
+A lesson's exercise cell holds the learner's function; the next cell calls
+``ex.check(my_function)``. The check runs it on cases the learner does not see and
+reports precisely: which case, what was expected, what came back, and a nudge toward the
+idea. It never lets a learner's mistake escape as a traceback: an exception, an unfinished
+``raise NotImplementedError`` stub, an endless loop (stopped by a time limit) and a hook
+left attached are each reported kindly, and every hook the case attached is removed.
+
+Authors write one :class:`Exercise` per task and register cases with :meth:`Exercise.case`;
+each case gets a :class:`Tester` for comparisons and for tracking the models whose hooks
+must be clean afterwards. ``wrong_answers`` list typical mistakes; the test suite proves
+every check rejects them with a message that names the mistake.
+
+Used by every lesson; see ``hooktutor/exercises/__init__.py`` for the list.
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+import signal
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..inventory import global_hook_ids, list_hooks, remove_global_hooks, remove_row
+
+TIME_LIMIT_S = 2.0
+REGISTRY: dict[str, "Exercise"] = {}
+
+
+class Mismatch(Exception):
+    """Raised by a :class:`Tester` when the learner's answer gives the wrong result."""
+
+    def __init__(self, what: str, expected: Any, got: Any, nudge: str):
+        super().__init__(what)
+        self.what, self.expected, self.got, self.nudge = what, expected, got, nudge
+
+
+class TimeLimitExceeded(Exception):
+    """The learner's code ran longer than the exercise's time limit."""
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        t = value.detach()
+        if t.numel() > 12:
+            return f"tensor of shape {tuple(t.shape)} (mean {float(t.float().mean()):.4g})"
+        return repr(t).replace("\n", " ")
+    if isinstance(value, str):
+        return value
+    return repr(value)
+
+
+class Tester:
+    """Given to each case: compare results and track models whose hooks must end clean."""
+
+    def __init__(self) -> None:
+        self._tracked: list[tuple[str, nn.Module, set[int]]] = []
+
+    def track(self, model: nn.Module, name: str = "the model") -> nn.Module:
+        """Remember ``model``'s hooks now; any hook added later and left on counts as a leak."""
+        before = {r.handle_id for r in list_hooks(model, include_global=False)}
+        self._tracked.append((name, model, before))
+        return model
+
+    def leaks(self) -> list[str]:
+        """Describe and remove the hooks added to tracked models since they were tracked."""
+        found = []
+        for name, model, before in self._tracked:
+            extra = [r for r in list_hooks(model, include_global=False) if r.handle_id not in before]
+            for r in extra:
+                found.append(f"a {r.kind} hook ({r.function}) on {r.path} of {name}")
+                remove_row(model, r)
+        return found
+
+    def expect(self, ok: bool, *, what: str, expected: Any, got: Any, nudge: str) -> None:
+        if not ok:
+            raise Mismatch(what, expected, got, nudge)
+
+    def expect_close(self, got: Any, expected: torch.Tensor, *, what: str, nudge: str,
+                     atol: float = 1e-5, rtol: float = 1e-4, wrong: dict[str, tuple[Any, str]] | None = None
+                     ) -> None:
+        """``got`` must be a tensor equal to ``expected`` (shape and values).
+
+        ``wrong`` maps a label to ``(tensor, nudge)`` for results a typical mistake gives:
+        when ``got`` equals one of them, that mistake's nudge is reported instead.
+        """
+        if not isinstance(got, torch.Tensor):
+            raise Mismatch(what, expected, got, nudge if got is not None else
+                           f"{what} is None: nothing was stored or returned. {nudge}")
+        if got.shape != expected.shape:
+            raise Mismatch(what, expected, got, f"the shape is {tuple(got.shape)} but should be "
+                                                f"{tuple(expected.shape)}. {nudge}")
+        if torch.allclose(got.detach().float(), expected.float(), atol=atol, rtol=rtol):
+            return
+        for value, special in (wrong or {}).values():
+            if isinstance(value, torch.Tensor) and value.shape == got.shape and \
+                    torch.allclose(got.detach().float(), value.float(), atol=atol, rtol=rtol):
+                raise Mismatch(what, expected, got, special)
+        raise Mismatch(what, expected, got, nudge)
+
+
+@dataclass
+class CaseResult:
+    description: str
+    status: str  # "pass", "mismatch", "error", "unfinished", "timeout", "leak"
+    detail: dict[str, str] = field(default_factory=dict)
+
+
+class CheckReport:
+    """The outcome of ``Exercise.check``: ``bool(report)`` / ``report.passed`` says whether
+    every case passed; it prints (and renders in HTML) what went wrong and why."""
+
+    def __init__(self, exercise: "Exercise", results: list[CaseResult], note: str = ""):
+        self.exercise = exercise
+        self.results = results
+        self.note = note
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.results) and all(r.status == "pass" for r in self.results) and not self.note
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    @property
+    def failure(self) -> CaseResult | None:
+        return next((r for r in self.results if r.status != "pass"), None)
+
+    @property
+    def message(self) -> str:
+        return repr(self)
+
+    def _lines(self) -> list[tuple[str, str]]:
+        ex = self.exercise
+        n = len(self.results)
+        if self.passed:
+            return [("title", f"✔ {ex.title}: correct, all {n} checks pass.")]
+        if self.note and not self.results:
+            return [("title", f"✘ {ex.title}: not checked."), ("why", self.note)]
+        bad = self.failure
+        lines: list[tuple[str, str]] = []
+        if bad is None:  # all cases passed but something else (a global hook) was wrong
+            lines.append(("title", f"✘ {ex.title}: the results are right, but {self.note}"))
+            return lines
+        index = self.results.index(bad) + 1
+        headline = {
+            "mismatch": "gives a wrong result",
+            "error": "raised an error",
+            "unfinished": "is not written yet",
+            "timeout": "did not finish in time",
+            "leak": "left a hook attached",
+        }[bad.status]
+        lines.append(("title", f"✘ {ex.title}: your answer {headline} (check {index} of {n})."))
+        lines.append(("case", bad.description))
+        for key in ("checked", "expected", "got", "error", "why"):
+            if key in bad.detail:
+                lines.append((key, bad.detail[key]))
+        if self.note:
+            lines.append(("also", self.note))
+        lines.append(("next", "fix your answer and run the check again; ex.hint() gives a hint, "
+                              "ex.solution() shows a solution"))
+        return lines
+
+    def __repr__(self) -> str:
+        out = []
+        for key, text in self._lines():
+            if key == "title":
+                out.append(text)
+            else:
+                wrapped = textwrap.fill(text, width=88, initial_indent="", subsequent_indent=" " * 12)
+                out.append(f"  {key + ':':<10}{wrapped}")
+        return "\n".join(out)
+
+    def _repr_html_(self) -> str:
+        color = "#1b7f3b" if self.passed else "#b3261e"
+        rows = []
+        for key, text in self._lines():
+            if key == "title":
+                rows.append(f"<div style='font-weight:bold;color:{color}'>{html.escape(text)}</div>")
+            else:
+                rows.append(f"<div><span style='display:inline-block;width:6em;color:#555'>{key}</span>"
+                            f"{html.escape(text)}</div>")
+        return (f"<div class='hooktutor-check' style='border-left:4px solid {color};padding:4px 8px'>"
+                + "".join(rows) + "</div>")
+
+
+class _Text:
+    """A block of text that shows the same in a terminal, in Lab and under nbval."""
+
+    def __init__(self, text: str, css: str = "hooktutor-text"):
+        self.text, self.css = text, css
+
+    def __repr__(self) -> str:
+        return self.text
+
+    def _repr_html_(self) -> str:
+        return f"<pre class='{self.css}'>{html.escape(self.text)}</pre>"
+
+
+class _Deadline:
+    """Stop the learner's code after ``seconds``: SIGALRM where available, a trace otherwise."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._use_signal = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+    def _raise(self, *_: Any) -> None:
+        raise TimeLimitExceeded()
+
+    def __enter__(self) -> "_Deadline":
+        if self._use_signal:
+            self._old = signal.signal(signal.SIGALRM, self._raise)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        else:
+            end = time.monotonic() + self.seconds
+            self._old_trace = sys.gettrace()
+
+            def tracer(frame: Any, event: str, arg: Any) -> Any:
+                if time.monotonic() > end:
+                    raise TimeLimitExceeded()
+                return tracer
+            sys.settrace(tracer)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._use_signal:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+        else:
+            sys.settrace(self._old_trace)
+
+
+Case = Callable[[Callable, Tester], None]
+
+
+class Exercise:
+    """One task: its cases, hints, solution and the typical wrong answers it must reject.
+
+    In a lesson::
+
+        from hooktutor.exercises import tensor_hooks as ex
+        ex.double_grad.check(my_hook)     # runs the hidden cases, reports
+        ex.double_grad.hint()             # the next hint; hint(2) for hint 2
+        ex.double_grad.solution()         # a solution, only when asked
+    """
+
+    def __init__(self, key: str, title: str, *, task: str, hints: list[str], solution: Callable,
+                 time_limit: float = TIME_LIMIT_S, errors: dict[str, str] | None = None,
+                 answer_name: str | None = None):
+        if key in REGISTRY:
+            raise ValueError(f"an exercise called {key!r} exists already")
+        self.key, self.title, self.task = key, title, task
+        self.hints = list(hints)
+        self._solution = solution
+        self.time_limit = time_limit
+        self.answer_name = answer_name or key.rsplit(".", 1)[-1]
+        self.errors = dict(errors or {})
+        self.cases: list[tuple[str, Case]] = []
+        self.wrong_answers: list[tuple[str, Callable, str]] = []
+        self._next_hint = 0
+        REGISTRY[key] = self
+
+    # -- authoring --------------------------------------------------------------------
+    def case(self, description: str) -> Callable[[Case], Case]:
+        """Decorator: register ``fn(answer, tester)`` as a hidden case."""
+        def register(fn: Case) -> Case:
+            self.cases.append((description, fn))
+            return fn
+        return register
+
+    def wrong(self, label: str, mentions: str) -> Callable[[Callable], Callable]:
+        """Decorator: a typical wrong answer; its report must fail and contain ``mentions``."""
+        def register(fn: Callable) -> Callable:
+            self.wrong_answers.append((label, fn, mentions))
+            return fn
+        return register
+
+    @property
+    def reference(self) -> Callable:
+        """The solution function itself (for tests and for the student edition)."""
+        return self._solution
+
+    # -- for the learner -----------------------------------------------------------------
+    def check(self, answer: Any) -> CheckReport:
+        """Run ``answer`` against every hidden case and report what went right or wrong."""
+        if answer is None or not callable(answer):
+            got = "None" if answer is None else f"a {type(answer).__name__}"
+            return CheckReport(self, [], note=(
+                f"check() needs your function itself, got {got}. Write check(my_function), "
+                "without parentheses after my_function."))
+        globals_before = global_hook_ids()
+        results: list[CaseResult] = []
+        for description, case in self.cases:
+            result = self._run_case(description, case, answer)
+            results.append(result)
+            if result.status != "pass":
+                break
+        note = ""
+        leaked = global_hook_ids() - globals_before
+        if leaked:
+            remove_global_hooks(only=leaked)
+            note = (f"{len(leaked)} global module hook(s) stayed registered; they fire for every "
+                    "model in the notebook. Remove them with handle.remove() (it has been done for you).")
+        return CheckReport(self, results, note)
+
+    def _run_case(self, description: str, case: Case, answer: Callable) -> CaseResult:
+        tester = Tester()
+        try:
+            with _Deadline(self.time_limit):
+                case(answer, tester)
+        except Mismatch as m:
+            tester.leaks()
+            return CaseResult(description, "mismatch", {
+                "checked": m.what, "expected": _fmt(m.expected), "got": _fmt(m.got), "why": m.nudge})
+        except TimeLimitExceeded:
+            tester.leaks()
+            return CaseResult(description, "timeout", {"why": (
+                f"it was stopped after {self.time_limit:g} s; look for a loop that never ends "
+                "(the kernel is fine)")})
+        except NotImplementedError as e:
+            tester.leaks()
+            return CaseResult(description, "unfinished", {"why": (
+                "your function still raises NotImplementedError. Replace the `raise "
+                "NotImplementedError(...)` line with your code" + (f" ({e})" if str(e) else "") + ".")})
+        except Exception as e:  # the learner's error, reported instead of a traceback
+            tester.leaks()
+            text = f"{type(e).__name__}: {e}".strip()
+            why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)),
+                       "read the error: it names what went wrong. ex.hint() helps if you are stuck.")
+            return CaseResult(description, "error", {"error": text.splitlines()[0][:300], "why": why})
+        leaks = tester.leaks()
+        if leaks:
+            return CaseResult(description, "leak", {"why": (
+                f"after your code ran, {leaks[0]} was still attached"
+                + (f" (and {len(leaks) - 1} more)" if len(leaks) > 1 else "")
+                + ". Hooks stay until removed: keep the handle and call handle.remove() in a "
+                  "`finally:` (it has been removed for you).")})
+        return CaseResult(description, "pass")
+
+    def hint(self, number: int | None = None) -> _Text:
+        """The next hint (``hint()``), or hint ``number`` (1-based) again."""
+        if not self.hints:
+            return _Text(f"{self.title}: no hints for this one.")
+        if number is None:
+            number = min(self._next_hint, len(self.hints) - 1) + 1
+            self._next_hint = min(self._next_hint + 1, len(self.hints))
+        if not 1 <= number <= len(self.hints):
+            return _Text(f"{self.title} has hints 1 to {len(self.hints)}; there is no hint {number}.")
+        more = " (that was the last hint; ex.solution() shows a solution)" if number == len(self.hints) else ""
+        return _Text(f"Hint {number} of {len(self.hints)} for {self.title}: {self.hints[number - 1]}{more}",
+                     "hooktutor-hint")
+
+    def solution(self) -> _Text:
+        """A solution, shown only when asked for."""
+        source = textwrap.dedent(inspect.getsource(self._solution)).strip()
+        source = source.replace(f"def {self._solution.__name__}(", f"def {self.answer_name}(", 1)
+        return _Text(f"# A solution to {self.title}\n{source}", "hooktutor-solution")
+
+    def __repr__(self) -> str:
+        return (f"Exercise {self.title!r}: {self.task}\n"
+                f"  {len(self.cases)} hidden checks, {len(self.hints)} hints; "
+                f"check(your_function) to test your answer")

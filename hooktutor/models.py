@@ -1,0 +1,161 @@
+"""Small seeded models for the lessons: built in milliseconds, identical on every machine.
+
+Every factory takes a ``seed`` and builds its weights from it without touching the global
+random state, so creating a model in one cell never changes what another cell draws.
+
+* :class:`MLP` — a few ``Linear``/``ReLU`` layers with readable names (lessons 01–04).
+* :class:`SmallCNN` — ``Conv -> BatchNorm -> ReLU`` blocks with an ``inplace`` switch for
+  its ReLUs (lesson 05, the hook lab, the capstone).
+* :class:`TwoInputNet` — a module called with two tensors and a keyword argument
+  (lessons 02 and 04: what ``args`` and ``grad_input`` contain).
+* :func:`deep_mlp` — a 20+ layer network for the benchmarks.
+
+Taught in ``00_start_here.ipynb`` (the map of models) and used throughout.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Run the block with ``torch.manual_seed(seed)`` and restore the global RNG after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+class MLP(nn.Sequential):
+    """``fc1 -> act1 -> fc2 -> act2 -> head``: a two-hidden-layer perceptron.
+
+    Works with :func:`hooktutor.data.blobs`. ``forward_with_intermediates`` returns every
+    layer's output without any hook, the reference that recorded activations must match
+    (``02_forward_hooks.ipynb``).
+    """
+
+    def __init__(self, in_features: int = 8, hidden: int = 16, out_features: int = 3,
+                 *, seed: int = 0):
+        with seeded(seed):
+            super().__init__(OrderedDict([
+                ("fc1", nn.Linear(in_features, hidden)),
+                ("act1", nn.ReLU()),
+                ("fc2", nn.Linear(hidden, hidden)),
+                ("act2", nn.ReLU()),
+                ("head", nn.Linear(hidden, out_features)),
+            ]))
+
+    def forward_with_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The output and a dict ``name -> output`` of every layer, computed without hooks."""
+        inter: dict[str, torch.Tensor] = {}
+        for name, layer in self.named_children():
+            x = layer.forward(x)  # .forward, so even hooks someone attached stay silent
+            inter[name] = x
+        return x, inter
+
+
+class SmallCNN(nn.Module):
+    """A VGG/ResNet-style CNN for 1x16x16 images with an ``inplace`` switch for its ReLUs.
+
+    ``features`` is ``Conv2d(1,8) BatchNorm2d ReLU MaxPool2d Conv2d(8,16) ReLU``, so layer
+    names read ``features.0`` ... ``features.5``; then ``pool`` (global average) and
+    ``classifier`` (``Linear(16, num_classes)``). With ``inplace=True`` both ReLUs overwrite
+    their input, the setting of many torchvision models and the subject of
+    ``05_inplace_relu_pitfall.ipynb``. Flip it later with :func:`set_inplace`.
+    """
+
+    def __init__(self, num_classes: int = 3, *, inplace: bool = False, seed: int = 0):
+        super().__init__()
+        with seeded(seed):
+            self.features = nn.Sequential(
+                nn.Conv2d(1, 8, kernel_size=3, padding=1),
+                nn.BatchNorm2d(8),
+                nn.ReLU(inplace=inplace),
+                nn.MaxPool2d(2),
+                nn.Conv2d(8, 16, kernel_size=3, padding=1),
+                nn.ReLU(inplace=inplace),
+            )
+            self.pool = nn.AdaptiveAvgPool2d(1)
+            self.classifier = nn.Linear(16, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x)
+        x = self.pool(x).flatten(1)
+        return self.classifier(x)
+
+    def forward_with_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The logits and clones of every layer's output, computed without hooks.
+
+        Clones, because with ``inplace=True`` a later ReLU would overwrite an output kept
+        by reference: the very trap of lesson 05.
+        """
+        inter: dict[str, torch.Tensor] = {}
+        for i, layer in enumerate(self.features):
+            x = layer.forward(x)
+            inter[f"features.{i}"] = x.detach().clone()
+        x = self.pool.forward(x)
+        inter["pool"] = x.detach().clone()
+        x = self.classifier.forward(x.flatten(1))
+        inter["classifier"] = x.detach().clone()
+        return x, inter
+
+
+class TwoInputNet(nn.Module):
+    """``forward(a, b, *, scale=1.0)``: two tensor inputs and a keyword argument.
+
+    Computes ``scale * (mix(a) + 10 * b)``; lessons 02 and 04 use it to show which
+    arguments a hook sees (``args`` holds positional arguments only) and what
+    ``grad_input`` holds.
+    """
+
+    def __init__(self, features: int = 2, *, seed: int = 0):
+        super().__init__()
+        with seeded(seed):
+            self.mix = nn.Linear(features, features)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, *, scale: float = 1.0) -> torch.Tensor:
+        return scale * (self.mix(a) + 10 * b)
+
+
+def deep_mlp(depth: int = 24, width: int = 64, in_features: int = 8, out_features: int = 3,
+             *, seed: int = 0) -> nn.Sequential:
+    """A ``depth``-layer ``Linear``/``ReLU`` stack (``2 * depth + 1`` leaf modules).
+
+    Used by ``benchmarks/`` and by the capstone's vanishing-gradient hunt.
+    """
+    if depth < 1:
+        raise ValueError(f"depth must be at least 1, got {depth}")
+    with seeded(seed):
+        layers: list[nn.Module] = [nn.Linear(in_features, width), nn.ReLU()]
+        for _ in range(depth - 1):
+            layers += [nn.Linear(width, width), nn.ReLU()]
+        layers.append(nn.Linear(width, out_features))
+        return nn.Sequential(*layers)
+
+
+def inplace_modules(model: nn.Module) -> list[str]:
+    """Qualified names of every module that has ``inplace=True`` (ReLU, ReLU6, Dropout...).
+
+    Taught in ``05_inplace_relu_pitfall.ipynb``.
+    """
+    return [name for name, m in model.named_modules() if getattr(m, "inplace", False) is True]
+
+
+def set_inplace(model: nn.Module, inplace: bool) -> list[str]:
+    """Switch every module with an ``inplace`` attribute to ``inplace``; return their names.
+
+    Taught in ``05_inplace_relu_pitfall.ipynb``.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"set_inplace() needs an nn.Module, got {type(model).__name__}")
+    changed = []
+    for name, m in model.named_modules():
+        if isinstance(getattr(m, "inplace", None), bool):
+            m.inplace = bool(inplace)
+            changed.append(name)
+    return changed
