@@ -29,8 +29,46 @@ from .selection import LayerSpec, closest, select_layers
 _PENDING = object()  # a gradient slot whose tensor hook has not fired yet
 
 
+def _detached_clone(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone()
+
+
 class RecordNotFound(LookupError):
     """Asked for a record that does not exist; the message says why and what to do."""
+
+
+class _Layers:
+    """The recorded layer names, shared by a Recording and its Records (no back-reference)."""
+
+    __slots__ = ("names",)
+
+    def __init__(self, names: list[str]):
+        self.names = names
+
+    def not_recorded(self, name: str) -> str:
+        close = closest(name, self.names)
+        hint = ("did you mean " + " or ".join(repr(c) for c in close) + "?") if close else \
+            f"recorded layers: {', '.join(repr(n) for n in self.names[:12])}"
+        return f"{name!r} was not recorded by this capture(); {hint}"
+
+
+def _finish_grad(name: str, index: int, slot: Any) -> Any:
+    """The gradient of one call from its slot ``(paths, skeleton)``, or why there is none."""
+    if slot is None:
+        raise RecordNotFound(
+            f"no gradient for {name!r} call {index}: its output did not require grad "
+            "(recorded under torch.no_grad(), or nothing before it needs a gradient)")
+    paths, value = slot
+    if any(v is _PENDING for v in paths.values()):
+        raise RecordNotFound(
+            f"no gradient for {name!r} call {index} yet: call loss.backward() inside the "
+            "`with capture(...)` block; its gradient hooks are removed when the block ends")
+    if () in paths:
+        return paths[()]
+    out = value
+    for path, grad in paths.items():
+        out = set_at(out, path, grad)
+    return out
 
 
 class Records(Mapping[str, Any]):
@@ -40,10 +78,13 @@ class Records(Mapping[str, Any]):
     several times use ``records["fc1", i]`` or ``records.calls("fc1")``.
     """
 
-    def __init__(self, kind: str, recording: "Recording"):
+    def __init__(self, kind: str, recording: "Recording | _Layers"):
         self._kind = kind
-        self._rec = recording
-        self._store: dict[str, list[Any]] = {}
+        # The layer names only, never the Recording itself: a Recording <-> Records cycle
+        # would keep every recorded copy alive until the garbage collector ran.
+        self._layers = recording if isinstance(recording, _Layers) else recording._layers
+        # One list per layer, made up front so the hooks append without a lookup.
+        self._store: dict[str, list[Any]] = {n: [] for n in self._layers.names}
 
     # -- mapping protocol -------------------------------------------------------------
     def __iter__(self) -> Iterator[str]:
@@ -74,15 +115,15 @@ class Records(Mapping[str, Any]):
 
     def calls(self, name: str) -> list[Any]:
         """Every recorded call of ``name``, in the order the calls happened."""
-        if name not in self._rec.layer_names:
-            raise RecordNotFound(self._rec._not_recorded(name))
+        if name not in self._layers.names:
+            raise RecordNotFound(self._layers.not_recorded(name))
         calls = self._store.get(name, [])
         if not calls:
             raise RecordNotFound(
                 f"{name!r} has no {self._kind} recorded: it did not run while capture() was "
                 "active (run the model inside the `with` block)")
         if self._kind == "grads":
-            return [self._rec._finish_grad(name, i, slot) for i, slot in enumerate(calls)]
+            return [_finish_grad(name, i, slot) for i, slot in enumerate(calls)]
         return list(calls)
 
     def _append(self, name: str, value: Any) -> None:
@@ -97,12 +138,13 @@ class Recording:
     ``.kwargs``, ``.grads``, ``.calls(name)`` and ``.names``."""
 
     def __init__(self, layers: list[tuple[str, nn.Module]], *, inputs: bool, grads: bool):
-        self.layer_names = [n for n, _ in layers]
+        self._layers = _Layers([n for n, _ in layers])
+        self.layer_names = self._layers.names
         self._types = {n: type(m).__name__ for n, m in layers}
-        self.outputs = Records("outputs", self)
-        self.inputs = Records("inputs", self)
-        self.kwargs = Records("kwargs", self)
-        self.grads = Records("grads", self)
+        self.outputs = Records("outputs", self._layers)
+        self.inputs = Records("inputs", self._layers)
+        self.kwargs = Records("kwargs", self._layers)
+        self.grads = Records("grads", self._layers)
         self._want_inputs = inputs
         self._want_grads = grads
         self._active = False
@@ -133,27 +175,10 @@ class Recording:
         return len(self.outputs._store.get(name, []))
 
     def _not_recorded(self, name: str) -> str:
-        close = closest(name, self.layer_names)
-        hint = ("did you mean " + " or ".join(repr(c) for c in close) + "?") if close else \
-            f"recorded layers: {', '.join(repr(n) for n in self.layer_names[:12])}"
-        return f"{name!r} was not recorded by this capture(); {hint}"
+        return self._layers.not_recorded(name)
 
     def _finish_grad(self, name: str, index: int, slot: Any) -> Any:
-        if slot is None:
-            raise RecordNotFound(
-                f"no gradient for {name!r} call {index}: its output did not require grad "
-                "(recorded under torch.no_grad(), or nothing before it needs a gradient)")
-        paths, value = slot
-        if any(v is _PENDING for v in paths.values()):
-            raise RecordNotFound(
-                f"no gradient for {name!r} call {index} yet: call loss.backward() inside the "
-                "`with capture(...)` block; its gradient hooks are removed when the block ends")
-        if () in paths:
-            return paths[()]
-        out = value
-        for path, grad in paths.items():
-            out = set_at(out, path, grad)
-        return out
+        return _finish_grad(name, index, slot)
 
     # -- display ------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -209,33 +234,64 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         t = t.detach().clone()
         return t.to(self._to) if self._to is not None else t
 
+    def _copier(self):
+        """The copy function for recorded tensors, chosen once rather than on every call."""
+        if self._to is None:
+            return _detached_clone
+        return self._copy
+
     def _on_input(self, name: str):
-        rec = self.recording
+        append_args = self.recording.inputs._store[name].append
+        append_kwargs = self.recording.kwargs._store[name].append
+        copy = self._copier()
 
         def pre_hook(module, args, kwargs):
-            rec.inputs._append(name, map_tensors(args, self._copy))
-            rec.kwargs._append(name, map_tensors(dict(kwargs), self._copy))
+            append_args(map_tensors(args, copy))
+            append_kwargs(map_tensors(dict(kwargs), copy))
         pre_hook.__qualname__ = f"capture.inputs[{name}]"
         return pre_hook
 
     def _on_output(self, name: str):
-        rec = self.recording
+        # Everything a call needs is looked up here, once per layer: the hot path below is
+        # a copy and an append, plus one tensor hook per output when gradients are wanted.
+        append_output = self.recording.outputs._store[name].append
+        append_grad = self.recording.grads._store[name].append
+        want_grads = self.recording._want_grads
+        add_handle = self._handles.append
+        copy = self._copier()
+        grad_name = f"capture.grads[{name}]"
+        tensor = torch.Tensor
 
         def hook(module, args, output):
-            rec.outputs._append(name, map_tensors(output, self._copy))
-            if not rec._want_grads:
+            if isinstance(output, tensor):  # the common case: no tree walk
+                append_output(copy(output))
+                if not want_grads:
+                    return
+                if not output.requires_grad:
+                    append_grad(None)
+                    return
+                paths: dict[tuple, Any] = {(): _PENDING}
+                append_grad((paths, None))
+
+                def grad_hook(grad):
+                    paths[()] = copy(grad)
+                grad_hook.__qualname__ = grad_name
+                add_handle(output.register_hook(grad_hook))
+                return
+            append_output(map_tensors(output, copy))
+            if not want_grads:
                 return
             needing = [(p, t) for p, t in iter_tensors(output) if t.requires_grad]
             if not needing:
-                rec.grads._append(name, None)
+                append_grad(None)
                 return
-            paths: dict[tuple, Any] = {p: _PENDING for p, _ in needing}
-            rec.grads._append(name, (paths, map_tensors(output, lambda t: None)))
-            for path, tensor in needing:
+            paths = {p: _PENDING for p, _ in needing}
+            append_grad((paths, map_tensors(output, lambda t: None)))
+            for path, t in needing:
                 def grad_hook(grad, path=path):
-                    paths[path] = self._copy(grad)
-                grad_hook.__qualname__ = f"capture.grads[{name}]"
-                self._handles.append(tensor.register_hook(grad_hook))
+                    paths[path] = copy(grad)
+                grad_hook.__qualname__ = grad_name
+                add_handle(t.register_hook(grad_hook))
         hook.__qualname__ = f"capture.outputs[{name}]"
         return hook
 

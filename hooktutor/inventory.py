@@ -81,8 +81,16 @@ def _function_name(fn: object) -> str:
         return f"partial({_function_name(inner)})"
     name = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None)
     if name is None:
-        name = type(fn).__qualname__ + " instance"
-    return name
+        return _short(type(fn).__qualname__) + " instance"
+    return _short(name)
+
+
+def _short(qualname: str) -> str:
+    """``outer.<locals>.hook`` -> ``hook (in outer)``: readable in a table."""
+    if ".<locals>." not in qualname:
+        return qualname
+    outer, _, inner = qualname.rpartition(".<locals>.")
+    return f"{inner} (in {outer.rpartition('.<locals>.')[2]})"
 
 
 def _module_rows(path: str, mod: nn.Module) -> Iterator[HookRow]:

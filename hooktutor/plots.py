@@ -9,6 +9,8 @@ display it as a cell's last expression, or turn it into PNG bytes with :func:`to
 * :func:`hook_timeline` — a :class:`hooktutor.trace.HookTrace` drawn (lessons 02 and 04).
 * :func:`heatmaps` — images with an overlay such as Grad-CAM (the capstone).
 * :func:`line_plot` — named series over steps (the capstone's activation statistics).
+* :class:`LiveHistogram`, :class:`LiveGradientFlow`, :class:`LiveFeatureMaps` — figures
+  redrawn in place, cheap enough for a widget to redraw on every click (the widgets).
 """
 
 from __future__ import annotations
@@ -160,3 +162,137 @@ def line_plot(series: Mapping[str, Sequence[float]], *, title: str = "", xlabel:
     if series:
         a.legend(fontsize=7)
     return fig
+
+
+# -- Live figures: redrawn in place for the widgets (hooktutor.widgets) ----------------------
+# A widget redraws its views on every click. Building a new figure each time costs
+# 50-250 ms on a small CPU; these keep one figure (no pyplot state, fixed layout, fixed low
+# dpi) and only update its artists, which is several times cheaper. Used by the widgets of
+# lessons 01-05 and the panel of ``06_hook_lab.ipynb``.
+
+def _agg_figure(size: tuple[float, float], dpi: int):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, dpi=dpi)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _png_of(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=fig.dpi)
+    return buf.getvalue()
+
+
+class LiveHistogram:
+    """A histogram redrawn in place: ``png(values, title)`` returns PNG bytes.
+
+    The title carries the minimum and the fraction of exact zeros, like :func:`histogram`.
+    """
+
+    def __init__(self, *, bins: int = 30, size: tuple[float, float] = (4.2, 2.4), dpi: int = 60,
+                 color: str = "tab:blue"):
+        import numpy as np
+
+        self.bins = bins
+        self.fig = _agg_figure(size, dpi)
+        self.ax = self.fig.add_axes((0.14, 0.16, 0.82, 0.68))
+        self.bars = self.ax.bar(np.arange(bins), np.zeros(bins), width=1.0, align="edge", color=color)
+        self.ax.tick_params(labelsize=7)
+        self.title = self.ax.set_title("", fontsize=8)
+
+    def png(self, values: torch.Tensor, title: str = "activations") -> bytes:
+        import numpy as np
+
+        data = values.detach().float().flatten().cpu().numpy()
+        if data.size == 0:
+            data = np.zeros(1, dtype=np.float32)
+        lo, hi = float(data.min()), float(data.max())
+        if hi - lo < 1e-12:
+            lo, hi = lo - 0.5, hi + 0.5
+        counts, edges = np.histogram(data, bins=self.bins, range=(lo, hi))
+        width = edges[1] - edges[0]
+        for bar, c, x0 in zip(self.bars, counts, edges[:-1]):
+            bar.set_x(float(x0))
+            bar.set_width(float(width))
+            bar.set_height(float(c))
+        self.ax.set_xlim(lo, hi)
+        self.ax.set_ylim(0, max(1.0, float(counts.max()) * 1.05))
+        zeros = float((data == 0).mean())
+        self.title.set_text(f"{title}  (min {float(data.min()):.2f}, zeros {zeros:.0%})")
+        return _png_of(self.fig)
+
+
+class LiveGradientFlow:
+    """The gradient-flow chart redrawn in place: one horizontal bar per layer (log scale),
+    ``png(norms, title)`` returns PNG bytes. A layer whose gradient is exactly zero is marked
+    ``= 0`` next to its name."""
+
+    def __init__(self, names: Sequence[str], *, size: tuple[float, float] | None = None, dpi: int = 60,
+                 color: str = "tab:orange"):
+        import numpy as np
+        from matplotlib.ticker import LogLocator, NullLocator
+
+        self.names = list(names)
+        n = max(1, len(self.names))
+        self.fig = _agg_figure(size or (4.6, 0.8 + 0.2 * n), dpi)
+        self.ax = self.fig.add_axes((0.32, 0.5 / (0.8 + 0.2 * n), 0.63, 1 - 0.85 / (0.8 + 0.2 * n)))
+        self.bars = self.ax.barh(np.arange(n), np.ones(n), color=color)
+        self.ax.set_yticks(np.arange(n))
+        self.ax.set_ylim(n - 0.5, -0.5)
+        self.ax.set_xscale("log")
+        self.ax.xaxis.set_major_locator(LogLocator(numticks=5))
+        self.ax.xaxis.set_minor_locator(NullLocator())
+        self.ax.tick_params(labelsize=7)
+        self.title = self.ax.set_title("", fontsize=8)
+
+    def png(self, norms: Mapping[str, float], title: str = "gradient norm per layer") -> bytes:
+        import math
+
+        vals = [float(norms.get(n, 0.0)) for n in self.names]
+        positive = [v for v in vals if v > 0 and math.isfinite(v)]
+        top = 10 ** math.ceil(math.log10(max(positive))) if positive else 1.0
+        bottom = 10 ** math.floor(math.log10(min(positive))) if positive else top / 1e3
+        bottom = min(bottom, top / 100)
+        for bar, v in zip(self.bars, vals):
+            bar.set_x(bottom)
+            bar.set_width(max(v - bottom, 0.0) if math.isfinite(v) else 0.0)
+        self.ax.set_xlim(bottom, top)
+        self.ax.set_yticklabels([n if v > 0 else f"{n} = 0" for n, v in zip(self.names, vals)])
+        self.title.set_text(title)
+        return _png_of(self.fig)
+
+
+class LiveFeatureMaps:
+    """The first ``max_maps`` channels of image 0 of a conv output, redrawn in place."""
+
+    def __init__(self, *, max_maps: int = 8, size: tuple[float, float] = (4.8, 1.0), dpi: int = 60):
+        import numpy as np
+
+        self.max_maps = max_maps
+        self.fig = _agg_figure(size, dpi)
+        self.axes = [self.fig.add_axes((i / max_maps + 0.005, 0.02, 1 / max_maps - 0.01, 0.72))
+                     for i in range(max_maps)]
+        self.images = []
+        for a in self.axes:
+            self.images.append(a.imshow(np.zeros((2, 2)), cmap="RdBu_r", vmin=-1, vmax=1))
+            a.set_axis_off()
+        self.title = self.fig.suptitle("", fontsize=8)
+
+    def png(self, maps: torch.Tensor, title: str = "feature maps") -> bytes:
+        t = maps.detach().float().cpu()
+        if t.dim() == 4:
+            t = t[0]
+        if t.dim() != 3:
+            raise ValueError(f"feature maps need a (C, H, W) or (N, C, H, W) tensor, got shape {tuple(maps.shape)}")
+        n = min(self.max_maps, t.shape[0])
+        lim = max(float(t[:n].abs().max()), 1e-6)
+        for i, (a, im) in enumerate(zip(self.axes, self.images)):
+            a.set_visible(i < n)
+            if i < n:
+                im.set_data(t[i].numpy())
+                im.set_extent((-0.5, t.shape[2] - 0.5, t.shape[1] - 0.5, -0.5))
+                im.set_clim(-lim, lim)
+        self.title.set_text(title)
+        return _png_of(self.fig)

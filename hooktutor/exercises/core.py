@@ -137,8 +137,9 @@ class CheckReport:
         return next((r for r in self.results if r.status != "pass"), None)
 
     @property
-    def message(self) -> str:
-        return repr(self)
+    def text(self) -> str:
+        """The whole report on unwrapped lines (what tests search for a phrase)."""
+        return "\n".join(text if key == "title" else f"{key}: {text}" for key, text in self._lines())
 
     def _lines(self) -> list[tuple[str, str]]:
         ex = self.exercise
@@ -167,8 +168,9 @@ class CheckReport:
                 lines.append((key, bad.detail[key]))
         if self.note:
             lines.append(("also", self.note))
-        lines.append(("next", "fix your answer and run the check again; ex.hint() gives a hint, "
-                              "ex.solution() shows a solution"))
+        name = f"ex.{ex.key.rsplit('.', 1)[-1]}"
+        lines.append(("next", f"fix your answer and run the check again; {name}.hint() gives a hint, "
+                              f"{name}.solution() shows a solution"))
         return lines
 
     def __repr__(self) -> str:
@@ -336,7 +338,7 @@ class Exercise:
             tester.leaks()
             text = f"{type(e).__name__}: {e}".strip()
             why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)),
-                       "read the error: it names what went wrong. ex.hint() helps if you are stuck.")
+                       "read the error: it names what went wrong; the hints help if you are stuck.")
             return CaseResult(description, "error", {"error": text.splitlines()[0][:300], "why": why})
         leaks = tester.leaks()
         if leaks:

@@ -1,0 +1,546 @@
+"""Exercises of ``07_capstone.ipynb``: Grad-CAM, dead channels over a run, a NaN hunter.
+
+Each exercise turns one part of the capstone into a reusable tool:
+
+* :data:`grad_cam` — Grad-CAM for any layer and any target classes, from hooks;
+* :data:`dead_channels` — channels of a layer that never fired during a whole run,
+  with a hook that stays attached for the run and is removed even when the run crashes;
+* :data:`first_nonfinite` — the first module whose output holds NaN or inf, stopping the
+  forward pass right there.
+
+The hidden cases use tiny seeded models so every check finishes in a few milliseconds.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..models import seeded
+from .core import Exercise, Tester
+
+# --------------------------------------------------------------------------------------
+# 1. Grad-CAM for any layer and any target classes
+# --------------------------------------------------------------------------------------
+
+
+def _grad_cam_solution(model, layer, x, target):
+    saved = {}
+
+    def keep(module, args, output):
+        saved["act"] = output.detach()
+        output.register_hook(lambda grad: saved.__setitem__("grad", grad.detach()))
+
+    handle = layer.register_forward_hook(keep)
+    try:
+        logits = model(x)
+    finally:
+        handle.remove()
+    score = logits[torch.arange(len(x)), target].sum()
+    score.backward()
+    model.zero_grad(set_to_none=True)
+    weights = saved["grad"].mean(dim=(2, 3))
+    return F.relu((weights[:, :, None, None] * saved["act"]).sum(dim=1))
+
+
+grad_cam = Exercise(
+    "capstone.grad_cam", "Grad-CAM for any layer",
+    task=("write grad_cam(model, layer, x, target) that returns the Grad-CAM of `layer` for "
+          "class target[i] of each image x[i]: a tensor (N, h, w) at the layer's resolution, "
+          "relu(sum over channels k of mean_hw(grad_k) * activation_k), using a forward hook "
+          "that registers a tensor hook on the layer's output; leave no hook attached"),
+    hints=[
+        "In a forward hook on `layer`, keep output.detach() and call output.register_hook(fn) "
+        "so that fn receives the gradient of that same output during backward.",
+        "The score to differentiate is model(x)[torch.arange(len(x)), target].sum(): each image "
+        "contributes the logit of its own target class.",
+        "weights = grad.mean(dim=(2, 3)) has shape (N, C); the CAM is "
+        "F.relu((weights[:, :, None, None] * act).sum(dim=1)). Remove the forward hook in a "
+        "finally: right after the forward pass.",
+    ],
+    solution=_grad_cam_solution,
+)
+
+
+def _tiny_cnn(seed: int, *, maxpool: bool) -> nn.Sequential:
+    with seeded(seed):
+        if maxpool:  # the gradient differs from position to position
+            return nn.Sequential(
+                nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 3, padding=1), nn.ReLU(),
+                nn.MaxPool2d(2), nn.Flatten(), nn.Linear(6 * 4 * 4, 3))
+        return nn.Sequential(
+            nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 6, 3, padding=1), nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 3))
+
+
+def _cam_parts(model: nn.Module, layer: nn.Module, x: torch.Tensor, score_of):
+    """Activation of `layer` and the gradient of score_of(logits) w.r.t. it, with no hook."""
+    acts: list[torch.Tensor] = []
+    h = x
+    for module in model:
+        h = module.forward(h)
+        if module is layer:
+            acts.append(h)
+    (grad,) = torch.autograd.grad(score_of(h), acts[0])
+    return acts[0].detach(), grad
+
+
+def _check_grad_cam(answer, t: Tester, model: nn.Sequential, layer: nn.Module, x: torch.Tensor,
+                    target: torch.Tensor, what: str) -> None:
+    t.track(model, "the small CNN")
+    rows = torch.arange(len(x))
+    act, grad = _cam_parts(model, layer, x, lambda z: z[rows, target].sum())
+    weights = grad.mean(dim=(2, 3))[:, :, None, None]
+    expected = F.relu((weights * act).sum(dim=1))
+    _, grad_all = _cam_parts(model, layer, x, lambda z: z.sum())
+    wrong = {
+        "no relu": ((weights * act).sum(dim=1),
+                    "the values match before the ReLU: Grad-CAM keeps only the positive evidence, "
+                    "so finish with F.relu(...)"),
+        "no weights": (F.relu(act.sum(dim=1)),
+                       "this is the plain sum of the activation maps: weight each channel by the "
+                       "mean of its gradient over height and width first"),
+        "all classes": (F.relu((grad_all.mean(dim=(2, 3))[:, :, None, None] * act).sum(dim=1)),
+                        "this explains the sum of all logits: differentiate only the target class "
+                        "of each image, logits[torch.arange(N), target].sum()"),
+    }
+    got = answer(model, layer, x, target)
+    t.expect_close(got, expected, what=what, atol=1e-5, wrong=wrong,
+                   nudge="compare with the three steps: mean gradient per channel, weighted sum "
+                         "of the activation maps, ReLU")
+
+
+@grad_cam.case("a small CNN with global average pooling, the last ReLU, one class per image")
+def _(answer, t: Tester) -> None:
+    model = _tiny_cnn(11, maxpool=False)
+    x = torch.randn(3, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+    _check_grad_cam(answer, t, model, model[3], x, torch.tensor([0, 1, 2]),
+                    "grad_cam(model, model[3], x, target=[0, 1, 2])")
+
+
+@grad_cam.case("a CNN with max pooling, explained at its last conv, mixed target classes")
+def _(answer, t: Tester) -> None:
+    model = _tiny_cnn(12, maxpool=True)
+    x = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(2))
+    _check_grad_cam(answer, t, model, model[2], x, torch.tensor([2, 2, 0, 1]),
+                    "grad_cam(model, model[2], x, target=[2, 2, 0, 1])")
+
+
+@grad_cam.wrong("forgets the ReLU", mentions="ReLU")
+def _cam_no_relu(model, layer, x, target):
+    saved = {}
+
+    def keep(module, args, output):
+        saved["act"] = output.detach()
+        output.register_hook(lambda g: saved.__setitem__("grad", g))
+
+    with layer.register_forward_hook(keep):
+        logits = model(x)
+    logits[torch.arange(len(x)), target].sum().backward()
+    return (saved["grad"].mean(dim=(2, 3))[:, :, None, None] * saved["act"]).sum(dim=1)
+
+
+@grad_cam.wrong("sums the activation maps without gradient weights", mentions="weight each channel")
+def _cam_unweighted(model, layer, x, target):
+    saved = {}
+    with layer.register_forward_hook(lambda m, a, o: saved.__setitem__("act", o.detach())):
+        model(x)
+    return F.relu(saved["act"].sum(dim=1))
+
+
+@grad_cam.wrong("explains the sum of all classes", mentions="target class")
+def _cam_all_classes(model, layer, x, target):
+    saved = {}
+
+    def keep(module, args, output):
+        saved["act"] = output.detach()
+        output.register_hook(lambda g: saved.__setitem__("grad", g))
+
+    with layer.register_forward_hook(keep):
+        logits = model(x)
+    logits.sum().backward()
+    return F.relu((saved["grad"].mean(dim=(2, 3))[:, :, None, None] * saved["act"]).sum(dim=1))
+
+
+@grad_cam.wrong("leaves the forward hook attached", mentions="still attached")
+def _cam_leaky(model, layer, x, target):
+    saved = {}
+
+    def keep(module, args, output):
+        saved["act"] = output.detach()
+        output.register_hook(lambda g: saved.__setitem__("grad", g))
+
+    layer.register_forward_hook(keep)
+    logits = model(x)
+    logits[torch.arange(len(x)), target].sum().backward()
+    return F.relu((saved["grad"].mean(dim=(2, 3))[:, :, None, None] * saved["act"]).sum(dim=1))
+
+
+# --------------------------------------------------------------------------------------
+# 2. Dead channels over a whole run
+# --------------------------------------------------------------------------------------
+
+
+def _dead_channels_solution(model, layer, run):
+    alive = None
+
+    def watch(module, args, output):
+        nonlocal alive
+        fired = (output.detach() > 0).any(dim=0).flatten(1).any(dim=1)  # one bool per channel
+        alive = fired if alive is None else alive | fired
+
+    handle = layer.register_forward_hook(watch)
+    try:
+        run()
+    finally:
+        handle.remove()
+    if alive is None:
+        return []
+    return [int(c) for c in torch.nonzero(~alive).flatten()]
+
+
+dead_channels = Exercise(
+    "capstone.dead_channels", "Dead channels over a whole run",
+    task=("write dead_channels(model, layer, run) that calls run() (a loop that uses the model "
+          "several times) with one forward hook on `layer` attached for the whole run, and "
+          "returns the sorted list of channels whose output was never above zero: not for any "
+          "example, any position or any call. Remove the hook even if run() raises"),
+    hints=[
+        "Keep one boolean per channel, `alive`, outside the hook; in the hook compute which "
+        "channels fired in this call: (output > 0).any(dim=0) gives (C, H, W), then reduce H and W.",
+        "Combine calls with alive = alive | fired_now: a channel that fired in any call is alive. "
+        "Overwriting it keeps only the last call.",
+        "Attach with handle = layer.register_forward_hook(watch), call run() inside try:, and "
+        "handle.remove() in finally:. Return [int(c) for c in torch.nonzero(~alive).flatten()].",
+    ],
+    solution=_dead_channels_solution,
+)
+
+
+def _probe_model() -> nn.Sequential:
+    """``Conv2d(1, 5, 1) -> ReLU``: channel c computes relu(x + bias[c]).
+
+    Channels 1 and 4 (bias -100) never fire, channel 2 (bias -5) fires only where a pixel is
+    brighter than 5; channels 0 and 3 fire on almost anything.
+    """
+    model = nn.Sequential(nn.Conv2d(1, 5, 1), nn.ReLU())
+    with torch.no_grad():
+        model[0].weight.fill_(1.0)
+        model[0].bias.copy_(torch.tensor([0.5, -100.0, -5.0, 0.5, -100.0]))
+    return model
+
+
+def _dim_batches(n: int, seed: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.rand(4, 1, 3, 3, generator=g) * 2 - 1 for _ in range(n)]
+
+
+def _as_channel_list(got):
+    try:
+        return sorted(int(c) for c in got)
+    except TypeError:
+        return got
+
+
+def _expect_dead(t: Tester, got, expected: list[int], what: str, nudge: str) -> None:
+    got_list = _as_channel_list(got)
+    t.expect(got_list == expected, what=what, expected=expected, got=got, nudge=nudge)
+
+
+@dead_channels.case("a channel that fires only during the second of three calls")
+def _(answer, t: Tester) -> None:
+    model = t.track(_probe_model(), "the probe model")
+    xs = _dim_batches(3, seed=3)
+    xs[1][0, 0, 1, 1] = 9.0  # wakes channel 2 up, once
+    got = answer(model, model[1], lambda: [model(x) for x in xs])
+    _expect_dead(t, got, [1, 4], "dead_channels(...) over three calls", (
+        "channel 2 fired during the second call only, so it is alive: combine every call "
+        "(alive = alive | fired), do not keep only the last one"))
+
+
+@dead_channels.case("a channel that fires for the third example of a batch only")
+def _(answer, t: Tester) -> None:
+    model = t.track(_probe_model(), "the probe model")
+    xs = _dim_batches(1, seed=4)
+    xs[0][2, 0, 0, 2] = 9.0  # example 2 only
+    got = answer(model, model[1], lambda: [model(x) for x in xs])
+    _expect_dead(t, got, [1, 4], "dead_channels(...) over one call", (
+        "channel 2 fired for one example of the batch, so it is alive: look at every example "
+        "(reduce dim 0 with .any) and every position"))
+
+
+@dead_channels.case("a ReLU inside a deeper model, hooked while a real training loop runs")
+def _(answer, t: Tester) -> None:
+    with seeded(5):
+        model = nn.Sequential(nn.Conv2d(1, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 4, 3, padding=1),
+                              nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2))
+        with torch.no_grad():
+            model[0].bias[[1, 5]] = -50.0  # two channels that can never fire
+        xs = [torch.randn(4, 1, 6, 6) for _ in range(3)]
+    t.track(model, "the small CNN")
+
+    def train() -> None:
+        for x in xs:
+            loss = model(x).pow(2).mean()
+            model.zero_grad()
+            loss.backward()
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+
+    got = answer(model, model[1], train)
+    _expect_dead(t, got, [1, 5], "dead_channels(model, model[1], train)",
+                 "channels 1 and 5 have a bias of -50 and can never fire; every other one did")
+
+
+class _Crash(RuntimeError):
+    pass
+
+
+@dead_channels.case("a run that crashes after two calls: the hook must still be removed")
+def _(answer, t: Tester) -> None:
+    model = t.track(_probe_model(), "the probe model")
+    xs = _dim_batches(2, seed=6)
+
+    def crashing_run() -> None:
+        for x in xs:
+            model(x)
+        raise _Crash("the training loop crashed (on purpose, in this check)")
+
+    try:
+        answer(model, model[1], crashing_run)
+    except _Crash:
+        pass  # letting the crash through is fine; leaving the hook behind is not
+
+
+@dead_channels.wrong("keeps only the last call", mentions="every call")
+def _dead_last_call(model, layer, run):
+    seen = {}
+
+    def watch(module, args, output):
+        seen["alive"] = (output > 0).any(dim=0).flatten(1).any(dim=1)
+
+    with layer.register_forward_hook(watch):
+        run()
+    return [int(c) for c in torch.nonzero(~seen["alive"]).flatten()]
+
+
+@dead_channels.wrong("looks at the first example of each batch only", mentions="every example")
+def _dead_first_example(model, layer, run):
+    alive = None
+
+    def watch(module, args, output):
+        nonlocal alive
+        fired = (output[0] > 0).flatten(1).any(dim=1)
+        alive = fired if alive is None else alive | fired
+
+    with layer.register_forward_hook(watch):
+        run()
+    return [int(c) for c in torch.nonzero(~alive).flatten()]
+
+
+@dead_channels.wrong("removes the hook after run() but not in a finally", mentions="still attached")
+def _dead_no_finally(model, layer, run):
+    alive = None
+
+    def watch(module, args, output):
+        nonlocal alive
+        fired = (output > 0).any(dim=0).flatten(1).any(dim=1)
+        alive = fired if alive is None else alive | fired
+
+    handle = layer.register_forward_hook(watch)
+    run()
+    handle.remove()
+    return [int(c) for c in torch.nonzero(~alive).flatten()]
+
+
+# --------------------------------------------------------------------------------------
+# 3. The first module that produces a non-finite value, stopping right there
+# --------------------------------------------------------------------------------------
+
+
+def _first_nonfinite_solution(model, *inputs):
+    class Found(Exception):
+        pass
+
+    def make_check(name):
+        def check(module, args, output):
+            if isinstance(output, torch.Tensor) and not torch.isfinite(output).all():
+                raise Found(name)
+        return check
+
+    handles = []
+    try:
+        for name, module in model.named_modules():
+            handles.append(module.register_forward_hook(make_check(name)))
+        with torch.no_grad():
+            model(*inputs)
+    except Found as found:
+        return found.args[0]
+    finally:
+        for handle in handles:
+            handle.remove()
+    return None
+
+
+first_nonfinite = Exercise(
+    "capstone.first_nonfinite", "Stop at the first NaN",
+    task=("write first_nonfinite(model, *inputs) that runs model(*inputs) with a forward hook on "
+          "every module (model.named_modules()) and returns the name of the first module whose "
+          "output holds a NaN or an inf, stopping the forward pass there (the modules after it "
+          "never run); None when every output is finite; no hook may stay attached"),
+    hints=[
+        "torch.isfinite(t).all() is False as soon as t holds a NaN, +inf or -inf "
+        "(torch.isnan misses the infinities).",
+        "To stop a forward pass from inside a hook, raise an exception of your own (class "
+        "Found(Exception): ...) carrying the module's name, and catch it around model(*inputs).",
+        "Register the hooks in a loop over model.named_modules(), keep every handle in a list, "
+        "and remove them all in the finally: of the try that runs the model.",
+    ],
+    solution=_first_nonfinite_solution,
+)
+
+
+class _Log(nn.Module):
+    """log(x): -inf where x is 0 (after a ReLU), NaN where x < 0."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(x)
+
+
+class _Tripwire(nn.Module):
+    """Counts its calls: a forward that was stopped never reaches it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return x
+
+
+class _BackToFront(nn.Module):
+    """Defines ``head`` before ``body`` but runs ``body`` first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with seeded(7):
+            self.head = nn.Linear(4, 2)
+            self.body = nn.Linear(3, 4)
+        with torch.no_grad():
+            self.body.weight[0, 0] = float("inf")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.body(x)))
+
+
+@first_nonfinite.case("a healthy model: every output is finite")
+def _(answer, t: Tester) -> None:
+    with seeded(8):
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+    t.track(model, "the MLP")
+    got = answer(model, torch.randn(2, 3, generator=torch.Generator().manual_seed(8)))
+    t.expect(got is None, what="first_nonfinite(healthy model, x)", expected=None, got=repr(got),
+             nudge="return None when no output holds a NaN or an inf")
+
+
+@first_nonfinite.case("log of a ReLU output (-inf where the ReLU gave 0), followed by more layers")
+def _(answer, t: Tester) -> None:
+    with seeded(9):
+        model = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), _Log(), nn.Linear(8, 2), _Tripwire())
+    t.track(model, "the MLP with a log layer")
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(9))
+    got = answer(model, x)
+    if got == "3":
+        nudge = ("module 2 already produced -inf, which is not a NaN: test with "
+                 "torch.isfinite(output).all(), which catches NaN, +inf and -inf")
+    elif got in ("4", ""):
+        nudge = ("that module is affected, but it is not the first: report the first module whose "
+                 "output goes bad, in the order the modules run")
+    else:
+        nudge = "the log layer (module 2) is the first to produce a non-finite value (-inf)"
+    t.expect(got == "2", what="first_nonfinite(model, x)", expected="'2'", got=repr(got), nudge=nudge)
+    tripwire = model[4]
+    t.expect(tripwire.calls == 0, what="calls of the last module after the NaN was found",
+             expected=0, got=tripwire.calls,
+             nudge="stop the forward pass at the first bad module: raise an exception from the "
+                   "hook and catch it around model(*inputs)")
+
+
+@first_nonfinite.case("a model that defines its layers in another order than it runs them")
+def _(answer, t: Tester) -> None:
+    model = t.track(_BackToFront(), "the back-to-front model")
+    got = answer(model, torch.ones(2, 3))
+    t.expect(got == "body", what="first_nonfinite(model, x)", expected="'body'", got=repr(got),
+             nudge="`body` runs first and already holds inf: record the first module whose hook "
+                   "fires with a bad output, which follows the order of execution, not the order "
+                   "of model.named_modules()")
+
+
+@first_nonfinite.wrong("tests with torch.isnan only", mentions="inf")
+def _nan_only(model, *inputs):
+    bad = []
+    handles = [m.register_forward_hook(lambda mod, a, o, name=name: bad.append(name)
+                                       if torch.isnan(o).any() else None)
+               for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return bad[0] if bad else None
+
+
+@first_nonfinite.wrong("reports the last bad module", mentions="not the first")
+def _last_bad(model, *inputs):
+    bad = []
+    handles = [m.register_forward_hook(lambda mod, a, o, name=name: bad.append(name)
+                                       if not torch.isfinite(o).all() else None)
+               for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return bad[-1] if bad else None
+
+
+@first_nonfinite.wrong("finds the right module but lets the forward pass run on", mentions="stop")
+def _no_stop(model, *inputs):
+    bad = []
+    handles = [m.register_forward_hook(lambda mod, a, o, name=name: bad.append(name)
+                                       if not torch.isfinite(o).all() else None)
+               for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        for h in handles:
+            h.remove()
+    return bad[0] if bad else None
+
+
+@first_nonfinite.wrong("removes the hooks only when nothing was found", mentions="still attached")
+def _leaky_stop(model, *inputs):
+    class Found(Exception):
+        pass
+
+    def check(name):
+        def hook(module, args, output):
+            if not torch.isfinite(output).all():
+                raise Found(name)
+        return hook
+
+    handles = [m.register_forward_hook(check(name)) for name, m in model.named_modules()]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    except Found as found:
+        return found.args[0]
+    for h in handles:
+        h.remove()
+    return None

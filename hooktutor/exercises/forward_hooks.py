@@ -1,0 +1,450 @@
+"""Exercises of ``02_forward_hooks.ipynb``: extract features, rewrite an input, see keywords.
+
+* :data:`extract_features` — every call of chosen layers into a dict of lists of copies.
+* :data:`make_normaliser` — a forward pre-hook that standardises a module's first input.
+* :data:`calls_of` — a ``with_kwargs=True`` pre-hook reporting positional and keyword arguments.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..models import MLP, TwoInputNet, set_inplace
+from .core import Exercise, Tester
+
+# --------------------------------------------------------------------------------------
+# 1. extract_features(model, x, names) -> {name: [copy of each call's output]}
+# --------------------------------------------------------------------------------------
+
+
+def _extract_features_solution(model: nn.Module, x: torch.Tensor, names: list[str]) -> dict:
+    features = {name: [] for name in names}
+    handles = []
+    for name in names:
+        def save(module, args, output, name=name):
+            features[name].append(output.detach().clone())
+        handles.append(model.get_submodule(name).register_forward_hook(save))
+    try:
+        model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return features
+
+
+extract_features = Exercise(
+    "forward_hooks.extract_features", "Extract the features of chosen layers",
+    task=("write extract_features(model, x, names) that runs model(x) once and returns a dict "
+          "name -> list of that layer's outputs, one copy per call, in call order; every hook "
+          "is removed afterwards"),
+    hints=[
+        "model.get_submodule(name) gives the layer called name. Start with "
+        "features = {name: [] for name in names} and attach one forward hook per layer that "
+        "appends to features[name]. Bind the name in the hook's defaults "
+        "(def save(module, args, output, name=name)), or every hook ends up using the last name.",
+        "Append output.detach().clone(): a later in-place operation (ReLU(inplace=True)) rewrites "
+        "the very tensor the hook was given, and detach() alone shares its memory.",
+        "Keep every handle in a list; run model(x) in a try: block and call handle.remove() on "
+        "each of them in the finally: block.",
+    ],
+    solution=_extract_features_solution,
+)
+
+
+class _Twice(nn.Module):
+    """Uses one Linear twice: ``block(tanh(block(x)))``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(3)
+        self.block = nn.Linear(4, 4)
+        with torch.no_grad():
+            self.block.weight.copy_(torch.randn(4, 4, generator=g) / 2)
+            self.block.bias.copy_(torch.randn(4, generator=g) / 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(torch.tanh(self.block(x)))
+
+
+def _expect_feature_dict(t: Tester, got: object, names: list[str]) -> dict:
+    t.expect(isinstance(got, dict), what="the type of what extract_features returned",
+             expected="a dict", got=type(got).__name__,
+             nudge="return a dict that maps each layer name to a list of tensors")
+    assert isinstance(got, dict)
+    t.expect(sorted(got) == sorted(names), what="the keys of the dict", expected=sorted(names),
+             got=sorted(got), nudge="use exactly the layer names you were given as keys")
+    for name in names:
+        t.expect(isinstance(got[name], list), what=f"features[{name!r}]", expected="a list of tensors",
+                 got=type(got[name]).__name__,
+                 nudge="store a list per layer (one entry per call), not a single tensor: a module "
+                       "called twice in one forward must keep both outputs")
+    return got
+
+
+@extract_features.case("an MLP: fc1 and act2, each called once")
+def _(answer, t: Tester) -> None:
+    model = t.track(MLP(seed=4), "the MLP")
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(4))
+    got = _expect_feature_dict(t, answer(model, x, ["fc1", "act2"]), ["fc1", "act2"])
+    _, inter = model.forward_with_intermediates(x)
+    for name in ("fc1", "act2"):
+        t.expect(len(got[name]) == 1, what=f"len(features[{name!r}])", expected=1, got=len(got[name]),
+                 nudge="run model(x) exactly once and append once per call of the hook")
+        other = inter["act2" if name == "fc1" else "fc1"]
+        t.expect_close(got[name][0], inter[name], what=f"features[{name!r}][0]",
+                       nudge="store the output argument of the hook (the third one) for that layer",
+                       wrong={"swapped": (other, "this is the other layer's output: bind each hook's "
+                                                 "name with a default argument (name=name)")})
+
+
+@extract_features.case("an MLP whose ReLUs are in place (ReLU(inplace=True))")
+def _(answer, t: Tester) -> None:
+    reference = MLP(seed=5)
+    model = t.track(MLP(seed=5), "the MLP with in-place ReLUs")
+    set_inplace(model, True)
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(5))
+    _, inter = reference.forward_with_intermediates(x)
+    got = _expect_feature_dict(t, answer(model, x, ["fc1", "fc2"]), ["fc1", "fc2"])
+    for name in ("fc1", "fc2"):
+        t.expect(len(got[name]) == 1, what=f"len(features[{name!r}])", expected=1, got=len(got[name]),
+                 nudge="run model(x) exactly once and append once per call of the hook")
+        t.expect_close(got[name][0], inter[name], what=f"features[{name!r}][0]",
+                       nudge="store a copy of the output, taken inside the hook",
+                       wrong={"no copy": (torch.relu(inter[name]),
+                                          "the stored tensor lost its negative values: the in-place "
+                                          "ReLU that runs after your hook rewrote it. Store "
+                                          "output.detach().clone(), a copy (detach() alone shares "
+                                          "memory)")})
+
+
+@extract_features.case("a layer called twice in one forward")
+def _(answer, t: Tester) -> None:
+    model = t.track(_Twice(), "a model that calls its `block` twice")
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(6))
+    first = model.block.forward(x)
+    second = model.block.forward(torch.tanh(first))
+    got = _expect_feature_dict(t, answer(model, x, ["block"]), ["block"])
+    calls = got["block"]
+    t.expect(len(calls) == 2, what="len(features['block'])", expected=2, got=len(calls),
+             nudge="`block` is called twice in one forward, so its hook fires twice: append every "
+                   "call to the list instead of replacing what is stored")
+    t.expect_close(calls[0], first.detach(), what="features['block'][0] (the first call)",
+                   nudge="keep the calls in the order they happen")
+    t.expect_close(calls[1], second.detach(), what="features['block'][1] (the second call)",
+                   nudge="keep the calls in the order they happen")
+
+
+@extract_features.case("hooks are removed even when the model raises")
+def _(answer, t: Tester) -> None:
+    model = t.track(MLP(seed=7), "the MLP")
+    wrong_width = torch.zeros(2, 5)
+    try:
+        answer(model, wrong_width, ["fc1", "head"])
+    except RuntimeError:
+        pass  # the model cannot take this input; what matters is what stays attached
+
+
+@extract_features.wrong("stores output.detach() without a copy", mentions="in-place ReLU")
+def _no_copy(model, x, names):
+    features = {name: [] for name in names}
+    handles = [model.get_submodule(name).register_forward_hook(
+        lambda m, a, o, name=name: features[name].append(o.detach())) for name in names]
+    try:
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return features
+
+
+@extract_features.wrong("keys by name and keeps only the last call", mentions="called twice")
+def _last_only(model, x, names):
+    features = {}
+    handles = [model.get_submodule(name).register_forward_hook(
+        lambda m, a, o, name=name: features.__setitem__(name, [o.detach().clone()])) for name in names]
+    try:
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return features
+
+
+@extract_features.wrong("removes the hooks only when the model succeeds", mentions="still attached")
+def _no_finally(model, x, names):
+    features = {name: [] for name in names}
+    handles = [model.get_submodule(name).register_forward_hook(
+        lambda m, a, o, name=name: features[name].append(o.detach().clone())) for name in names]
+    model(x)
+    for h in handles:
+        h.remove()
+    return features
+
+
+# --------------------------------------------------------------------------------------
+# 2. make_normaliser(mean, std) -> a forward pre-hook
+# --------------------------------------------------------------------------------------
+
+
+def _make_normaliser_solution(mean: torch.Tensor, std: torch.Tensor):
+    def normalise(module, args):
+        first, *rest = args
+        return ((first - mean) / std, *rest)
+    return normalise
+
+
+make_normaliser = Exercise(
+    "forward_hooks.make_normaliser", "A pre-hook that normalises the input",
+    task=("write make_normaliser(mean, std) that returns a forward pre-hook; the hook replaces "
+          "the module's first positional argument x by (x - mean) / std, keeps every other "
+          "positional argument, and never changes the caller's tensor"),
+    hints=[
+        "A forward pre-hook is hook(module, args); args is a tuple. Whatever tuple it returns "
+        "becomes the new args.",
+        "Split the tuple: first, *rest = args; then return ((first - mean) / std, *rest). "
+        "Returning a bare tensor would replace the whole tuple and drop the other arguments.",
+        "Compute a new tensor: first.sub_(mean) would edit the caller's own tensor in place.",
+    ],
+    solution=_make_normaliser_solution,
+    errors={"missing 1 required positional argument": (
+        "returning a single tensor replaces the whole args tuple, so the module lost its other "
+        "arguments. Return a tuple that keeps them: ((first - mean) / std, *rest)")},
+)
+
+
+def _normaliser_stats(seed: int, features: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    x = 3.0 + 2.0 * torch.randn(5, features, generator=g)
+    return x, x.mean(0), x.std(0)
+
+
+@make_normaliser.case("on the first layer of an MLP")
+def _(answer, t: Tester) -> None:
+    model = MLP(seed=8)
+    x, mean, std = _normaliser_stats(8, 8)
+    original = x.clone()
+    hook = answer(mean, std)
+    t.expect(callable(hook), what="make_normaliser(mean, std)", expected="a function (the hook)",
+             got=type(hook).__name__, nudge="define the hook inside make_normaliser and return it")
+    with model.fc1.register_forward_pre_hook(hook):
+        got = model(x)
+    expected = model((original - mean) / std)
+    t.expect(torch.equal(x, original), what="the caller's x after the forward", expected=original, got=x,
+             nudge="the hook changed the caller's tensor in place: compute a new tensor "
+                   "((x - mean) / std) instead of x.sub_(...)")
+    t.expect_close(got, expected, what="the model's output with your pre-hook on fc1",
+                   nudge="return a tuple whose first element is (x - mean) / std",
+                   wrong={"unchanged": (model(original), "the input was not changed: return the new "
+                                        "args tuple from the hook")})
+
+
+@make_normaliser.case("on a module with two positional inputs, a and b")
+def _(answer, t: Tester) -> None:
+    net = TwoInputNet(features=3, seed=9)
+    a, mean, std = _normaliser_stats(9, 3)
+    b = torch.ones(5, 3)
+    with net.register_forward_pre_hook(answer(mean, std)):
+        got = net(a, b, scale=0.5)
+    expected = net((a - mean) / std, b, scale=0.5)
+    t.expect_close(got, expected, what="TwoInputNet(a, b, scale=0.5) with your pre-hook",
+                   nudge="normalise only the first argument and keep b as it is")
+
+
+@make_normaliser.case("the mean and std are the ones given")
+def _(answer, t: Tester) -> None:
+    model = MLP(seed=10)
+    x, _, _ = _normaliser_stats(10, 8)
+    mean, std = torch.full((8,), 2.0), torch.full((8,), 4.0)
+    with model.fc1.register_forward_pre_hook(answer(mean, std)):
+        got = model(x)
+    t.expect_close(got, model((x - 2.0) / 4.0), what="the output with mean=2, std=4",
+                   nudge="use the mean and std passed to make_normaliser, not statistics of the batch")
+
+
+@make_normaliser.wrong("edits the caller's tensor in place", mentions="in place")
+def _inplace_normaliser(mean, std):
+    def normalise(module, args):
+        args[0].sub_(mean).div_(std)
+    return normalise
+
+
+@make_normaliser.wrong("returns a bare tensor", mentions="returning a single tensor")
+def _bare_tensor(mean, std):
+    def normalise(module, args):
+        return (args[0] - mean) / std
+    return normalise
+
+
+@make_normaliser.wrong("rebinds a local name without returning", mentions="not changed")
+def _rebind(mean, std):
+    def normalise(module, args):
+        args = ((args[0] - mean) / std, *args[1:])
+    return normalise
+
+
+# --------------------------------------------------------------------------------------
+# 3. calls_of(model, x, layer) -> [(args, kwargs), ...] as the layer saw them
+# --------------------------------------------------------------------------------------
+
+
+def _copy(value):
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _calls_of_solution(model: nn.Module, x: torch.Tensor, layer: nn.Module) -> list:
+    calls = []
+
+    def copy(value):
+        return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+    def record(module, args, kwargs):
+        calls.append((tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()}))
+
+    handle = layer.register_forward_pre_hook(record, with_kwargs=True)
+    try:
+        model(x)
+    finally:
+        handle.remove()
+    return calls
+
+
+calls_of = Exercise(
+    "forward_hooks.calls_of", "See positional and keyword arguments",
+    task=("write calls_of(model, x, layer) that runs model(x) once and returns a list with one "
+          "(args, kwargs) pair per call of `layer`: the tuple of positional arguments and the "
+          "dict of keyword arguments it received, tensors copied; the hook is removed afterwards"),
+    hints=[
+        "Keyword arguments never reach an ordinary hook's args. Register a forward pre-hook with "
+        "layer.register_forward_pre_hook(record, with_kwargs=True); it is called as "
+        "record(module, args, kwargs).",
+        "Copy the tensors before the layer runs: an in-place layer (ReLU(inplace=True)) "
+        "overwrites its own input. tuple(a.detach().clone() for a in args) and the same for "
+        "kwargs' values (leave non-tensors such as 2.0 as they are).",
+        "Remove the handle in a finally: block.",
+    ],
+    solution=_calls_of_solution,
+    errors={"tuple index out of range": (
+        "args was empty: the layer was called with keyword arguments only, and args holds the "
+        "positional ones. Read both with register_forward_pre_hook(..., with_kwargs=True)")},
+)
+
+
+class _KeywordCaller(nn.Module):
+    """Calls its inner TwoInputNet positionally, then with keywords only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = TwoInputNet(features=2, seed=11)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.inner(x, x + 1)
+        return self.inner(a=y, b=x, scale=2.0)
+
+
+class _InplaceAfter(nn.Module):
+    """An in-place ReLU applied to the output of a Linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        g = torch.Generator().manual_seed(12)
+        self.lin = nn.Linear(3, 3)
+        with torch.no_grad():
+            self.lin.weight.copy_(torch.randn(3, 3, generator=g))
+            self.lin.bias.zero_()
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.lin(x))
+
+
+def _compare_call(t: Tester, got: object, index: int, args: tuple, kwargs: dict, *,
+                  kw_nudge: str, copy_nudge: str) -> None:
+    t.expect(isinstance(got, tuple) and len(got) == 2, what=f"calls[{index}]",
+             expected="a pair (args, kwargs)", got=got, nudge="append a 2-tuple (args, kwargs) per call")
+    assert isinstance(got, tuple)
+    got_args, got_kwargs = got
+    t.expect(isinstance(got_args, tuple) and len(got_args) == len(args), what=f"calls[{index}][0] (args)",
+             expected=f"a tuple of {len(args)} positional argument(s)", got=got_args,
+             nudge="store the args tuple the hook receives")
+    for i, (g, e) in enumerate(zip(got_args, args)):
+        t.expect_close(g, e, what=f"calls[{index}][0][{i}]", nudge=copy_nudge,
+                       wrong={"rectified": (torch.relu(e), copy_nudge)})
+    t.expect(isinstance(got_kwargs, dict) and sorted(got_kwargs) == sorted(kwargs),
+             what=f"the keyword names of calls[{index}][1]", expected=sorted(kwargs),
+             got=sorted(got_kwargs) if isinstance(got_kwargs, dict) else got_kwargs, nudge=kw_nudge)
+    assert isinstance(got_kwargs, dict)
+    for k, e in kwargs.items():
+        if isinstance(e, torch.Tensor):
+            t.expect_close(got_kwargs[k], e, what=f"calls[{index}][1][{k!r}]", nudge=copy_nudge)
+        else:
+            t.expect(got_kwargs[k] == e, what=f"calls[{index}][1][{k!r}]", expected=e, got=got_kwargs[k],
+                     nudge="store the keyword values as the layer received them")
+
+
+_KW_NUDGE = ("register the pre-hook with with_kwargs=True: without it, keyword arguments never "
+             "reach the hook. Then store the kwargs dict it receives")
+
+
+@calls_of.case("a module called with positional arguments, then with keywords only")
+def _(answer, t: Tester) -> None:
+    model = t.track(_KeywordCaller(), "a model that calls `inner` twice")
+    x = torch.randn(2, 2, generator=torch.Generator().manual_seed(11))
+    y = model.inner(x, x + 1)
+    got = answer(model, x, model.inner)
+    t.expect(isinstance(got, list) and len(got) == 2, what="calls_of(model, x, model.inner)",
+             expected="a list of 2 (args, kwargs) pairs", got=got if not isinstance(got, list) else
+             f"a list of {len(got)}", nudge="`inner` is called twice: append one pair per call")
+    _compare_call(t, got[0], 0, (x, x + 1), {}, kw_nudge=_KW_NUDGE,
+                  copy_nudge="store copies of the positional arguments")
+    _compare_call(t, got[1], 1, (), {"a": y, "b": x, "scale": 2.0}, kw_nudge=_KW_NUDGE,
+                  copy_nudge="store copies of the keyword arguments' tensors")
+
+
+@calls_of.case("the input of an in-place ReLU")
+def _(answer, t: Tester) -> None:
+    model = t.track(_InplaceAfter(), "a Linear followed by ReLU(inplace=True)")
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(12))
+    raw = model.lin(x).detach()
+    got = answer(model, x, model.act)
+    t.expect(isinstance(got, list) and len(got) == 1, what="calls_of(model, x, model.act)",
+             expected="a list of 1 (args, kwargs) pair", got=got, nudge="append one pair per call")
+    _compare_call(t, got[0], 0, (raw,), {}, kw_nudge=_KW_NUDGE,
+                  copy_nudge="the stored input lost its negative values: ReLU(inplace=True) rewrote "
+                             "the tensor after your pre-hook ran. Store a copy, a.detach().clone()")
+
+
+@calls_of.wrong("registers without with_kwargs", mentions="with_kwargs=True")
+def _no_kwargs(model, x, layer):
+    calls = []
+    with layer.register_forward_pre_hook(lambda m, args: calls.append(
+            (tuple(a.detach().clone() for a in args), {}))):
+        model(x)
+    return calls
+
+
+@calls_of.wrong("reads args[0], assuming a positional input", mentions="keyword arguments only")
+def _args0(model, x, layer):
+    calls = []
+    with layer.register_forward_pre_hook(lambda m, args: calls.append(
+            ((args[0].detach().clone(),), {}))):
+        model(x)
+    return calls
+
+
+@calls_of.wrong("stores the arguments without copying them", mentions="lost its negative values")
+def _no_copy_args(model, x, layer):
+    calls = []
+    with layer.register_forward_pre_hook(lambda m, args, kwargs: calls.append((args, dict(kwargs))),
+                                         with_kwargs=True):
+        model(x)
+    return calls
+
+
+@calls_of.wrong("forgets to remove the hook", mentions="still attached")
+def _leaky_calls(model, x, layer):
+    calls = []
+    layer.register_forward_pre_hook(lambda m, args, kwargs: calls.append(
+        (tuple(_copy(a) for a in args), {k: _copy(v) for k, v in kwargs.items()})), with_kwargs=True)
+    model(x)
+    return calls

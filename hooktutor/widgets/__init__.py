@@ -1,0 +1,22 @@
+"""Live hook widgets (ipywidgets 8 + matplotlib, both imported on first use).
+
+* :func:`hook_toggle` — one checkbox for one hook on one layer, plus a view (lessons 01-05).
+* :func:`inplace_switch` — flips a SmallCNN's ReLUs in place and shows what a stored
+  activation and a full backward hook make of it (``05_inplace_relu_pitfall.ipynb``).
+* :class:`HookPanel` — the full control panel: a hook mode per layer, activation,
+  gradient-flow, loss and hook-table views (``06_hook_lab.ipynb``).
+* :data:`MODES` — ``off``, ``observe``, ``zero``, ``scale``, ``scale_grad``.
+
+Every widget keeps its hooks in a :class:`hooktutor.HookSet` named after the widget, so
+running the cell that made it again replaces it; ``close()`` removes its hooks.
+"""
+
+from __future__ import annotations
+
+from ._base import close_all
+from ._modes import MODES
+
+
+from .toggle import HookToggle, hook_toggle
+
+__all__ = ["MODES", "HookPanel", "HookToggle", "InplaceSwitch", "close_all", "hook_toggle", "inplace_switch"]

@@ -1,0 +1,118 @@
+"""What every hooktutor widget shares: a named HookSet, one live widget per name, a short
+deterministic text repr, and Output widgets filled from the kernel (never ``with out:``).
+
+ipywidgets is imported on first use, so ``import hooktutor.widgets`` stays light.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from torch import nn
+
+from ..registry import HookSet
+
+# One live widget per name: creating a widget under a name that is in use (the cell that
+# made it was run again) closes the old one first, so its hooks never pile up.
+_LIVE: dict[str, "HookWidget"] = {}
+
+
+def ipw():
+    """The ipywidgets module, imported on first use."""
+    import ipywidgets
+
+    return ipywidgets
+
+
+def show_png(out: Any, png: bytes, alt: str) -> None:
+    """Replace what the Output widget ``out`` shows with one PNG image, in one update.
+
+    The same content as ``out.outputs = (); out.append_display_data(Image(png))`` but sent
+    to the page as a single change, with a fixed ``text/plain`` (``alt``).
+    """
+    out.outputs = ({"output_type": "display_data",
+                    "data": {"image/png": base64.b64encode(png).decode("ascii"), "text/plain": alt},
+                    "metadata": {}},)
+
+
+def show_text(out: Any, text: str) -> None:
+    """Replace what the Output widget ``out`` shows with plain text."""
+    out.outputs = ({"output_type": "stream", "name": "stdout", "text": text},)
+
+
+def call_model(model: nn.Module, inputs: Any):
+    """``model(inputs)``, or ``model(*inputs)`` when ``inputs`` is a tuple or list."""
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+def reset_full_backward_flag(module: nn.Module) -> None:
+    """After removing a full backward hook, let the module take any kind of backward hook again."""
+    if not module._backward_hooks:
+        module._is_full_backward_hook = None
+
+
+class HookWidget:
+    """Base class: ``name``, ``hooks`` (a :class:`hooktutor.HookSet` of that name),
+    ``widget`` (the ipywidgets container), ``close()`` and the display protocol."""
+
+    kind = "HookWidget"
+
+    def __init__(self, name: str):
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a widget name must be a non-empty str, got {name!r}")
+        old = _LIVE.get(name)
+        if old is not None:
+            old.close()
+        self.name = name
+        self.hooks = HookSet(name)
+        self.closed = False
+        self.widget: Any = None
+        _LIVE[name] = self
+
+    # -- display --------------------------------------------------------------------
+    def _short(self) -> str:  # the text/plain repr; subclasses describe their state
+        return self.kind
+
+    def __repr__(self) -> str:
+        return self._short()
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any):
+        data = {"text/plain": self._short()}
+        if self.widget is not None and not self.closed:
+            bundle = self.widget._repr_mimebundle_(include=include, exclude=exclude, **kwargs)
+            if isinstance(bundle, tuple):  # (data, metadata)
+                bundle = bundle[0]
+            data.update({k: v for k, v in (bundle or {}).items() if k != "text/plain"})
+        return data
+
+    # -- cleanup --------------------------------------------------------------------
+    def _cleanup(self) -> None:  # subclasses undo their own changes (e.g. in-place flags)
+        pass
+
+    def close(self) -> None:
+        """Remove every hook this widget attached and close it on the page."""
+        self.hooks.clear()
+        if not self.closed:
+            self.closed = True
+            self._cleanup()
+            if self.widget is not None:
+                _close_tree(self.widget)
+        if _LIVE.get(self.name) is self:
+            del _LIVE[self.name]
+
+
+def _close_tree(widget: Any) -> None:
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    widget.close()
+
+
+def close_all() -> int:
+    """Close every live hooktutor widget; return how many were closed."""
+    widgets = list(_LIVE.values())
+    for w in widgets:
+        w.close()
+    return len(widgets)

@@ -1,0 +1,110 @@
+"""Every exercise check accepts its solution and rejects its typical wrong answers by name."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import hooktutor as ht
+from hooktutor.exercises import load_all
+
+EXERCISES = load_all()
+WRONG = [(key, label, fn, mentions) for key, ex in EXERCISES.items() for label, fn, mentions in ex.wrong_answers]
+
+
+def test_there_are_exercises():
+    assert len(EXERCISES) >= 1
+
+
+@pytest.mark.parametrize("key", sorted(EXERCISES))
+def test_solution_passes_quickly_and_leaves_no_hooks(key):
+    ex = EXERCISES[key]
+    start = time.perf_counter()
+    report = ex.check(ex.reference)
+    elapsed = time.perf_counter() - start
+    assert report.passed, repr(report)
+    assert repr(report).startswith("✔")
+    assert elapsed < 1.0, f"{key}: the check took {elapsed:.2f} s; keep checks well under a second"
+
+
+@pytest.mark.parametrize("key", sorted(EXERCISES))
+def test_each_exercise_has_hints_solution_and_two_wrong_answers(key):
+    ex = EXERCISES[key]
+    assert len(ex.cases) >= 2, "at least two hidden cases"
+    assert len(ex.hints) >= 2, "at least two hints"
+    assert len(ex.wrong_answers) >= 2, "at least two typical wrong answers, proved rejected"
+    assert f"def {ex.answer_name}(" in repr(ex.solution())
+
+
+@pytest.mark.parametrize("key, label, fn, mentions", WRONG, ids=[f"{k}: {lbl}" for k, lbl, _, _ in WRONG])
+def test_wrong_answer_is_rejected_with_a_message_naming_the_mistake(key, label, fn, mentions):
+    report = EXERCISES[key].check(fn)
+    assert not report.passed, f"{key} accepted the wrong answer '{label}'"
+    assert mentions in report.text, f"{key}: the report for '{label}' should mention {mentions!r}:\n{report.text}"
+
+
+@pytest.mark.parametrize("key", sorted(EXERCISES))
+def test_unfinished_stub_and_exceptions_are_reported_kindly(key):
+    ex = EXERCISES[key]
+
+    def stub(*args, **kwargs):
+        raise NotImplementedError("write your answer here")
+
+    report = ex.check(stub)
+    assert not report.passed and "is not written yet" in repr(report)
+
+    def broken(*args, **kwargs):
+        raise KeyError("oops")
+
+    report = ex.check(broken)
+    assert "raised an error" in report.text and "KeyError" in report.text
+
+
+def test_endless_loop_is_stopped_and_the_check_survives():
+    ex = EXERCISES["start_here.count_calls"]
+
+    def spin(*args):
+        while True:
+            pass
+
+    ex_time, ex.time_limit = ex.time_limit, 0.2
+    try:
+        report = ex.check(spin)
+    finally:
+        ex.time_limit = ex_time
+    assert "did not finish in time" in repr(report)
+
+
+def test_not_a_function():
+    report = EXERCISES["start_here.count_calls"].check(None)
+    assert not report.passed and "needs your function itself" in repr(report)
+
+
+def test_leaked_global_hook_is_removed_and_reported():
+    from torch.nn.modules.module import register_module_forward_hook
+
+    ex = EXERCISES["start_here.count_calls"]
+
+    def leaks_global(model, x, layer):
+        register_module_forward_hook(lambda m, a, o: None)
+        return ex.reference(model, x, layer)
+
+    report = ex.check(leaks_global)
+    assert not report.passed and "global module hook" in report.text
+    assert len([r for r in ht.list_hooks(ht.models.MLP()) if r.path == "<global>"]) == 0
+
+
+def test_hints_one_at_a_time_and_by_number():
+    ex = EXERCISES["start_here.count_calls"]
+    ex._next_hint = 0
+    assert repr(ex.hint()).startswith("Hint 1 of 3")
+    assert repr(ex.hint()).startswith("Hint 2 of 3")
+    assert repr(ex.hint(1)).startswith("Hint 1 of 3")
+    assert "there is no hint 9" in repr(ex.hint(9))
+    ex._next_hint = 0
+
+
+def test_html_report_is_styled():
+    ex = EXERCISES["start_here.count_calls"]
+    assert "hooktutor-check" in ex.check(ex.reference)._repr_html_()
