@@ -8,3 +8,4 @@ regen:    ; $(PY) course.py regen
 doctor:   ; $(PY) course.py doctor
 student:  ; $(PY) course.py student student
 lint:     ; .venv/bin/ruff check .
+bench:    ; $(PY) benchmarks/run.py $(BENCH)

@@ -6,6 +6,7 @@
     python3 course.py regen     # re-execute every notebook top to bottom, storing its outputs
     python3 course.py doctor    # check the environment and say what to fix
     python3 course.py student OUTDIR   # write the student edition (solutions removed)
+    python3 course.py compat    # the library tests on the oldest supported torch (own venv)
 
 Extra arguments after the command go to jupyter lab / pytest / the tool. The environment
 lives in .venv next to this file (set HOOKTUTOR_VENV to put it elsewhere). Exact versions
@@ -33,45 +34,60 @@ def say(msg: str) -> None:
     print(f"[course] {msg}", flush=True)
 
 
-def venv_dir() -> Path:
+# The oldest torch that pyproject.toml admits, and what it needs beside it (torch < 2.3 was
+# built against NumPy 1.x).
+OLDEST = ["torch==2.1.2", "numpy<2"]
+
+
+def venv_dir(compat: bool = False) -> Path:
+    if compat:
+        return Path(os.environ.get("HOOKTUTOR_COMPAT_VENV", ROOT / ".venv-oldest")).resolve()
     return Path(os.environ.get("HOOKTUTOR_VENV", ROOT / ".venv")).resolve()
 
 
-def venv_bin(name: str) -> Path:
+def venv_bin(name: str, compat: bool = False) -> Path:
     folder = "Scripts" if os.name == "nt" else "bin"
     exe = ".exe" if os.name == "nt" else ""
-    return venv_dir() / folder / f"{name}{exe}"
+    return venv_dir(compat) / folder / f"{name}{exe}"
 
 
 def run(cmd: list[str | os.PathLike], **kw) -> int:
     return subprocess.call([str(c) for c in cmd], cwd=kw.pop("cwd", ROOT), **kw)
 
 
-def _stamp() -> str:
+def _stamp(install: list[str]) -> str:
     h = hashlib.sha256()
     for f in (CONSTRAINTS, ROOT / "pyproject.toml"):
         h.update(f.read_bytes())
-    h.update(EXTRAS.encode())
+    h.update(" ".join(install).encode())
     return h.hexdigest()
 
 
-def ensure_env() -> Path:
-    """Create the virtual environment if missing and install the pinned versions into it."""
+def ensure_env(compat: bool = False) -> Path:
+    """Create the virtual environment if missing and install the pinned versions into it.
+
+    With ``compat=True``: a separate environment with the oldest supported torch instead.
+    """
     if sys.version_info < MIN_PYTHON:
         sys.exit(f"hooktutor needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
                  f"{sys.version.split()[0]}. Run course.py with a newer python3.")
-    python = venv_bin("python")
+    where = venv_dir(compat)
+    python = venv_bin("python", compat)
     if not python.exists():
-        say(f"creating the course environment in {venv_dir()}")
-        venv.EnvBuilder(with_pip=True, clear=False).create(venv_dir())
-    stamp_file = venv_dir() / ".hooktutor-stamp"
-    stamp = _stamp()
+        say(f"creating the {'compatibility' if compat else 'course'} environment in {where}")
+        venv.EnvBuilder(with_pip=True, clear=False).create(where)
+    if compat:
+        install = [*OLDEST, "-e", ".[test]"]
+        what = f"{OLDEST[0]} and the test tools"
+    else:
+        install = ["-c", str(CONSTRAINTS), "-e", f".[{EXTRAS}]"]
+        what = "the pinned versions (torch 2.13.0 and the Jupyter stack)"
+    stamp_file = where / ".hooktutor-stamp"
+    stamp = _stamp(install)
     if stamp_file.exists() and stamp_file.read_text().strip() == stamp:
         return python
-    say("installing the pinned versions (torch 2.13.0 and the Jupyter stack); the first time "
-        "this takes a minute or two")
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q",
-           "-c", CONSTRAINTS, "-e", f".[{EXTRAS}]"]
+    say(f"installing {what}; the first time this takes a few minutes")
+    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *install]
     if run(cmd) != 0:
         sys.exit("[course] installing failed; see pip's message above. `python3 course.py doctor` "
                  "explains the usual causes (an old Python, no network to the package index).")
@@ -108,6 +124,13 @@ def cmd_regen(args: list[str]) -> int:
     return 0
 
 
+def cmd_compat(args: list[str]) -> int:
+    python = ensure_env(compat=True)
+    say(f"library tests on {OLDEST[0]} (notebook outputs are stored for the pinned torch, so "
+        "notebooks and course-environment tests are left out)")
+    return run([python, "-m", "pytest", "tests", "-m", "not course_env and not browser", *args])
+
+
 def cmd_tool(sub: str, args: list[str]) -> int:
     python = ensure_env()
     return run([python, "-m", "hooktutor", sub, *args])
@@ -126,6 +149,8 @@ def main(argv: list[str]) -> int:
         return cmd_regen(rest)
     if command in {"doctor", "student"}:
         return cmd_tool(command, rest)
+    if command == "compat":
+        return cmd_compat(rest)
     if command == "setup":
         ensure_env()
         return 0

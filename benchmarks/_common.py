@@ -13,7 +13,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -31,19 +30,24 @@ def paired_ratio(a: list[float], b: list[float]) -> float:
     return statistics.median(x / y for x, y in zip(a, b))
 
 
+CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
 def interleaved(configs: dict[str, Callable[[], object]], *, rounds: int, inner: int,
-                warmup: int = 3) -> dict[str, list[float]]:
+                warmup: int = 3, clock: str = "cpu") -> dict[str, list[float]]:
     """Seconds per call of every configuration, one sample per round, configs round-robin.
 
     Each sample times ``inner`` calls in a row and divides; the order of the configurations
     rotates from round to round so none always runs right after the same neighbour.
+    ``clock="cpu"`` counts the CPU time of this process (user + system), which other
+    programs on a busy machine do not inflate; ``clock="wall"`` counts elapsed time.
     """
     names = list(configs)
     for name in names:
         for _ in range(warmup):
             configs[name]()
     samples: dict[str, list[float]] = {n: [] for n in names}
-    clock = time.perf_counter
+    clock = CLOCKS[clock]
     for r in range(rounds):
         gc.collect()
         k = r % len(names)
@@ -71,13 +75,26 @@ def calibrate(fn: Callable[[], object], target_s: float) -> int:
     return max(1, round(n * target_s / max(elapsed, 1e-9)))
 
 
+def children_cpu() -> float | None:
+    """CPU seconds (user + system) used so far by finished child processes, if known."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_timed(cmd: list[str], *, cwd: Path = ROOT, timeout: float = 600, env: dict | None = None
-              ) -> tuple[float, subprocess.CompletedProcess]:
-    """Wall time of a whole process, and the finished process (stdout/stderr captured)."""
+              ) -> tuple[float, float | None, subprocess.CompletedProcess]:
+    """Wall time and CPU time of a whole process (with its children), and the process."""
+    cpu0 = children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
-    return time.perf_counter() - t0, proc
+    wall = time.perf_counter() - t0
+    cpu1 = children_cpu()
+    return wall, (None if cpu0 is None or cpu1 is None else cpu1 - cpu0), proc
 
 
 def cpu_model() -> str:

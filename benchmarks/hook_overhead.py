@@ -32,6 +32,7 @@ registering them and, for full backward hooks, wrapping the forward, is part of 
 from __future__ import annotations
 
 import time
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 
@@ -240,7 +241,7 @@ def make_steps(model: nn.Module, x: torch.Tensor, mode: str) -> tuple[dict[str, 
     return steps, fx_seconds
 
 
-def measure(*, rounds: int = 61, target_s: float = 0.005, small: bool = False,
+def measure(*, rounds: int = 61, target_s: float = 0.004, small: bool = False, clock: str = "cpu",
             progress: Callable[[str], None] = lambda s: None) -> dict:
     """Time every configuration on every model and mode; ratios are paired, per round.
 
@@ -248,24 +249,27 @@ def measure(*, rounds: int = 61, target_s: float = 0.005, small: bool = False,
     "ratio": {config: x no hooks}, "capture_vs_recorder": x}}}}``.
     """
     torch.set_num_threads(1)
-    result: dict = {"rounds": rounds, "models": {}}
-    for model_name, (model, x) in benchmark_models(small).items():
-        entry: dict = {"leaves": len(leaves(model))}
-        for mode in MODES:
-            progress(f"hooks: {model_name}, {mode}")
-            steps, fx_seconds = make_steps(model, x, mode)
-            inner = calibrate(steps["capture"], target_s)
-            samples = interleaved(steps, rounds=rounds, inner=inner)
-            base = samples["none"]
-            entry[mode] = {
-                "inner": inner,
-                "us": {c: median(s) * 1e6 for c, s in samples.items()},
-                "ratio": {c: paired_ratio(s, base) for c, s in samples.items()},
-                "capture_vs_recorder": paired_ratio(samples["capture"], samples["recorder"]),
-                "full_bwd_vs_tensor_noop": paired_ratio(samples["noop_full_bwd"], samples["noop_tensor"]),
-                "full_bwd_vs_tensor_recorder": paired_ratio(samples["recorder_full_bwd"],
-                                                            samples["recorder"]),
-            }
-            entry["fx_trace_ms"] = fx_seconds * 1e3
-        result["models"][model_name] = entry
+    result: dict = {"rounds": rounds, "clock": clock, "models": {}}
+    with warnings.catch_warnings():
+        # The first Linear's input needs no gradient, so its full backward hook warns.
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        for model_name, (model, x) in benchmark_models(small).items():
+            entry: dict = {"leaves": len(leaves(model))}
+            for mode in MODES:
+                progress(f"hooks: {model_name}, {mode}")
+                steps, fx_seconds = make_steps(model, x, mode)
+                inner = calibrate(steps["capture"], target_s)
+                samples = interleaved(steps, rounds=rounds, inner=inner, clock=clock)
+                base = samples["none"]
+                entry[mode] = {
+                    "inner": inner,
+                    "us": {c: median(s) * 1e6 for c, s in samples.items()},
+                    "ratio": {c: paired_ratio(s, base) for c, s in samples.items()},
+                    "capture_vs_recorder": paired_ratio(samples["capture"], samples["recorder"]),
+                    "full_bwd_vs_tensor_noop": paired_ratio(samples["noop_full_bwd"], samples["noop_tensor"]),
+                    "full_bwd_vs_tensor_recorder": paired_ratio(samples["recorder_full_bwd"],
+                                                                samples["recorder"]),
+                }
+                entry["fx_trace_ms"] = fx_seconds * 1e3
+            result["models"][model_name] = entry
     return result

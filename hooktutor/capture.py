@@ -24,9 +24,12 @@ import torch
 from torch import nn
 
 from ._tree import describe, iter_tensors, map_tensors, set_at
-from .selection import LayerSpec, closest, select_layers
+from .selection import LayerSpec, check_model, closest, select_layers
 
 _PENDING = object()  # a gradient slot whose tensor hook has not fired yet
+
+
+_Tensor = torch.Tensor
 
 
 def _detached_clone(t: torch.Tensor) -> torch.Tensor:
@@ -58,7 +61,10 @@ def _finish_grad(name: str, index: int, slot: Any) -> Any:
         raise RecordNotFound(
             f"no gradient for {name!r} call {index}: its output did not require grad "
             "(recorded under torch.no_grad(), or nothing before it needs a gradient)")
-    paths, value = slot
+    if isinstance(slot, _GradSlot):
+        paths, value = {(): getattr(slot, "grad", _PENDING)}, None
+    else:
+        paths, value = slot
     if any(v is _PENDING for v in paths.values()):
         raise RecordNotFound(
             f"no gradient for {name!r} call {index} yet: call loss.backward() inside the "
@@ -83,8 +89,7 @@ class Records(Mapping[str, Any]):
         # The layer names only, never the Recording itself: a Recording <-> Records cycle
         # would keep every recorded copy alive until the garbage collector ran.
         self._layers = recording if isinstance(recording, _Layers) else recording._layers
-        # One list per layer, made up front so the hooks append without a lookup.
-        self._store: dict[str, list[Any]] = {n: [] for n in self._layers.names}
+        self._store: dict[str, list[Any]] = {}
 
     # -- mapping protocol -------------------------------------------------------------
     def __iter__(self) -> Iterator[str]:
@@ -129,6 +134,10 @@ class Records(Mapping[str, Any]):
     def _append(self, name: str, value: Any) -> None:
         self._store.setdefault(name, []).append(value)
 
+    def _list(self, name: str) -> list[Any]:
+        """The list the calls of ``name`` go to (an empty list counts as "not recorded")."""
+        return self._store.setdefault(name, [])
+
     def __repr__(self) -> str:
         return f"<{self._kind} of {len(self)} layer(s): {', '.join(self)}>"
 
@@ -140,7 +149,7 @@ class Recording:
     def __init__(self, layers: list[tuple[str, nn.Module]], *, inputs: bool, grads: bool):
         self._layers = _Layers([n for n, _ in layers])
         self.layer_names = self._layers.names
-        self._types = {n: type(m).__name__ for n, m in layers}
+        self._modules = layers
         self.outputs = Records("outputs", self._layers)
         self.inputs = Records("inputs", self._layers)
         self.kwargs = Records("kwargs", self._layers)
@@ -187,9 +196,10 @@ class Recording:
         lines = [f"Recording of {len(self.names)} layer(s): {' + '.join(kinds)}"
                  + ("" if self.names else " (nothing ran yet)")]
         rows = []
+        types = {n: type(m).__name__ for n, m in self._modules}
         for n in self.names:
             calls = self.outputs._store[n]
-            row = [n or "<root>", self._types[n],
+            row = [n or "<root>", types[n],
                    f"{len(calls)} call{'s' if len(calls) != 1 else ''}",
                    "out " + describe(calls[0])]
             if self._want_grads:
@@ -203,6 +213,47 @@ class Recording:
             for r in rows:
                 lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         return "\n".join(lines)
+
+
+_PLAIN_TYPES: set[type] = set()  # module classes that keep nn.Module's way of listing children
+
+
+def _plain(module: nn.Module) -> bool:
+    cls = type(module)
+    if cls in _PLAIN_TYPES:
+        return True
+    if (cls.named_modules is nn.Module.named_modules and cls.named_children is nn.Module.named_children
+            and cls.children is nn.Module.children):
+        _PLAIN_TYPES.add(cls)
+        return True
+    return False
+
+
+def _leaf_layers(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
+    """``select_layers(model, None)`` (every leaf, in ``named_modules()`` order, each module
+    once), walking ``_modules`` directly: a few times faster than the generators, which
+    matters because ``capture`` is often entered once per batch. ``None`` if some module
+    overrides how children are listed; then ``select_layers`` decides."""
+    found: list[tuple[str, nn.Module]] = []
+    return found if _walk("", model, found, set()) else None
+
+
+def _walk(prefix: str, module: nn.Module, found: list, seen: set) -> bool:
+    # A module-level function, not a closure calling itself: that would be a reference
+    # cycle, and everything it holds would wait for the garbage collector.
+    if not _plain(module):
+        return False
+    seen.add(module)
+    leaf = True
+    for name, child in module._modules.items():
+        if child is None:
+            continue
+        leaf = False
+        if child not in seen and not _walk(f"{prefix}.{name}" if prefix else name, child, found, seen):
+            return False
+    if leaf:
+        found.append((prefix, module))
+    return True
 
 
 class capture:  # noqa: N801 - used like a function: ``with capture(model) as rec``
@@ -225,90 +276,35 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
 
     def __init__(self, model: nn.Module, layers: LayerSpec = None, *, inputs: bool = False,
                  grads: bool = False, to: str | torch.device | None = None):
-        self._layers = select_layers(model, layers, func="capture")
+        leaves = _leaf_layers(check_model(model, "capture")) if layers is None else None
+        self._layers = leaves if leaves is not None else select_layers(model, layers, func="capture")
         self._to = to
         self.recording = Recording(self._layers, inputs=bool(inputs), grads=bool(grads))
         self._handles: list[Any] = []
 
-    def _copy(self, t: torch.Tensor) -> torch.Tensor:
-        t = t.detach().clone()
-        return t.to(self._to) if self._to is not None else t
-
-    def _copier(self):
-        """The copy function for recorded tensors, chosen once rather than on every call."""
-        if self._to is None:
-            return _detached_clone
-        return self._copy
-
-    def _on_input(self, name: str):
-        append_args = self.recording.inputs._store[name].append
-        append_kwargs = self.recording.kwargs._store[name].append
-        copy = self._copier()
-
-        def pre_hook(module, args, kwargs):
-            append_args(map_tensors(args, copy))
-            append_kwargs(map_tensors(dict(kwargs), copy))
-        pre_hook.__qualname__ = f"capture.inputs[{name}]"
-        return pre_hook
-
-    def _on_output(self, name: str):
-        # Everything a call needs is looked up here, once per layer: the hot path below is
-        # a copy and an append, plus one tensor hook per output when gradients are wanted.
-        append_output = self.recording.outputs._store[name].append
-        append_grad = self.recording.grads._store[name].append
-        want_grads = self.recording._want_grads
-        add_handle = self._handles.append
-        copy = self._copier()
-        grad_name = f"capture.grads[{name}]"
-        tensor = torch.Tensor
-
-        def hook(module, args, output):
-            if isinstance(output, tensor):  # the common case: no tree walk
-                append_output(copy(output))
-                if not want_grads:
-                    return
-                if not output.requires_grad:
-                    append_grad(None)
-                    return
-                paths: dict[tuple, Any] = {(): _PENDING}
-                append_grad((paths, None))
-
-                def grad_hook(grad):
-                    paths[()] = copy(grad)
-                grad_hook.__qualname__ = grad_name
-                add_handle(output.register_hook(grad_hook))
-                return
-            append_output(map_tensors(output, copy))
-            if not want_grads:
-                return
-            needing = [(p, t) for p, t in iter_tensors(output) if t.requires_grad]
-            if not needing:
-                append_grad(None)
-                return
-            paths = {p: _PENDING for p, _ in needing}
-            append_grad((paths, map_tensors(output, lambda t: None)))
-            for path, t in needing:
-                def grad_hook(grad, path=path):
-                    paths[path] = copy(grad)
-                grad_hook.__qualname__ = grad_name
-                add_handle(t.register_hook(grad_hook))
-        hook.__qualname__ = f"capture.outputs[{name}]"
-        return hook
-
     def __enter__(self) -> Recording:
-        if self.recording._active:
+        rec = self.recording
+        if rec._active:
             raise RuntimeError("this capture() is already active; make a new one for a nested block")
-        self.recording._active = True
+        rec._active = True
+        # Everything a hook needs is looked up here, once per layer, so that each call is
+        # only a copy and an append (plus a tensor hook per output when grads are wanted).
+        copy, to = _copier(self._to), self._to
+        add_handle = self._handles.append
+        outputs, grads = rec.outputs._store, rec.grads._store
         try:
             for name, module in self._layers:
-                if self.recording._want_inputs:
-                    self._handles.append(module.register_forward_pre_hook(
-                        self._on_input(name), with_kwargs=True))
-                self._handles.append(module.register_forward_hook(self._on_output(name)))
+                if rec._want_inputs:
+                    add_handle(module.register_forward_pre_hook(_input_hook(
+                        name, rec.inputs._list(name).append, rec.kwargs._list(name).append, copy),
+                        with_kwargs=True))
+                append_grad = grads.setdefault(name, []).append if rec._want_grads else None
+                add_handle(module.register_forward_hook(_output_hook(
+                    name, outputs.setdefault(name, []).append, append_grad, add_handle, to)))
         except BaseException:
             self._detach()
             raise
-        return self.recording
+        return rec
 
     def _detach(self) -> None:
         handles, self._handles = self._handles, []
@@ -318,3 +314,88 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
 
     def __exit__(self, *exc: object) -> None:
         self._detach()
+
+
+def _input_hook(name: str, append_args, append_kwargs, copy):
+    """The forward pre-hook of ``capture(inputs=True)``: copies of the args and kwargs."""
+    def pre_hook(module, args, kwargs):
+        append_args(map_tensors(args, copy))
+        append_kwargs(map_tensors(dict(kwargs), copy))
+    pre_hook.__qualname__ = f"capture.inputs[{name}]"
+    return pre_hook
+
+
+class _GradSlot:
+    """The gradient record of one call whose output is a single tensor. ``fill``, bound to
+    the slot, is the tensor hook; ``grad`` is unset until it fires. No ``__init__``: making
+    one is the cheapest object creation Python has, and it happens on every hooked call."""
+
+    __slots__ = ("grad",)
+
+    def fill(self, grad: torch.Tensor) -> None:
+        self.grad = grad.detach().clone()
+    fill.__qualname__ = "capture.grads"
+
+
+class _GradSlotTo(_GradSlot):
+    """A :class:`_GradSlot` that moves the copy ``.to(to)`` (``capture(..., to=...)``)."""
+
+    __slots__ = ("to",)
+
+    def __init__(self, to):
+        self.to = to
+
+    def fill(self, grad: torch.Tensor) -> None:
+        self.grad = grad.detach().clone().to(self.to)
+    fill.__qualname__ = "capture.grads"
+
+
+def _output_hook(name: str, append_output, append_grad, add_handle, to):
+    """The forward hook of ``capture``: a copy of the output and, when ``append_grad`` is
+    given, a gradient slot filled by tensor hooks on the output's tensors.
+
+    The hook's state is bound as default arguments rather than closure cells, so a
+    capture over many layers allocates fewer objects (its hooks are made on every entry),
+    and a plain tensor output is copied inline, without the generic tree walk.
+    """
+    def hook(module, args, output, _append_output=append_output, _append_grad=append_grad,
+             _add_handle=add_handle, _to=to):
+        if isinstance(output, _Tensor):
+            copy = output.detach().clone()
+            _append_output(copy if _to is None else copy.to(_to))
+            if _append_grad is None:
+                return
+            if not output.requires_grad:
+                _append_grad(None)
+                return
+            slot = _GradSlot() if _to is None else _GradSlotTo(_to)
+            _append_grad(slot)
+            _add_handle(output.register_hook(slot.fill))
+            return
+        _record_structure(name, output, _append_output, _append_grad, _add_handle, _copier(_to))
+    hook.__qualname__ = f"capture.outputs[{name}]"
+    return hook
+
+
+def _copier(to):
+    """``t -> t.detach().clone()``, moved ``.to(to)`` when ``to`` is given."""
+    if to is None:
+        return _detached_clone
+    return lambda t: t.detach().clone().to(to)
+
+
+def _record_structure(name: str, output: Any, append_output, append_grad, add_handle, copy) -> None:
+    append_output(map_tensors(output, copy))
+    if append_grad is None:
+        return
+    needing = [(p, t) for p, t in iter_tensors(output) if t.requires_grad]
+    if not needing:
+        append_grad(None)
+        return
+    paths = {p: _PENDING for p, _ in needing}
+    append_grad((paths, map_tensors(output, lambda t: None)))
+    for path, t in needing:
+        def grad_hook(grad, path=path):
+            paths[path] = copy(grad)
+        grad_hook.__qualname__ = f"capture.grads[{name}]"
+        add_handle(t.register_hook(grad_hook))

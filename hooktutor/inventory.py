@@ -120,6 +120,11 @@ def _tensor_rows(path: str, tensor: torch.Tensor) -> Iterator[HookRow]:
             yield HookRow(path, kind, _function_name(fn), hid, (), fn)
 
 
+def _global_flags(attr: str) -> dict:
+    # torch < 2.2 has no global with_kwargs / always_call flags
+    return getattr(_module_mod, attr, {})
+
+
 def _global_rows() -> Iterator[HookRow]:
     for attr, kind in GLOBAL_HOOK_DICTS:
         hooks = getattr(_module_mod, attr)
@@ -127,9 +132,9 @@ def _global_rows() -> Iterator[HookRow]:
             flags: list[str] = []
             row_kind = kind
             if attr == "_global_forward_hooks":
-                if hid in _module_mod._global_forward_hooks_with_kwargs:
+                if hid in _global_flags("_global_forward_hooks_with_kwargs"):
                     flags.append("with_kwargs")
-                if hid in _module_mod._global_forward_hooks_always_called:
+                if hid in _global_flags("_global_forward_hooks_always_called"):
                     flags.append("always_call")
             if attr == "_global_backward_hooks" and _module_mod._global_is_full_backward_hook is False:
                 row_kind = "backward (legacy)"
@@ -253,7 +258,7 @@ def remove_global_hooks(only: set[tuple[str, int]] | None = None) -> int:
                 del hooks[hid]
                 removed += 1
                 for flag_attr in GLOBAL_FLAG_DICTS:
-                    getattr(_module_mod, flag_attr).pop(hid, None)
+                    _global_flags(flag_attr).pop(hid, None)
     if not _module_mod._global_backward_hooks:
         _module_mod._global_is_full_backward_hook = None
     return removed

@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from hooktutor import doctor
 
 
+@pytest.mark.course_env
 def test_doctor_passes_in_the_course_environment():
     result = subprocess.run([sys.executable, "-m", "hooktutor", "doctor"], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout

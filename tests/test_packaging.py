@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 try:
@@ -97,6 +98,7 @@ def test_constraints_pin_torch_and_everything_that_shapes_outputs():
         assert name in p, f"{name} (a dependency in pyproject.toml) is not pinned"
 
 
+@pytest.mark.course_env
 def test_installed_versions_match_the_pins():
     """The environment the tests run in is the pinned one (what the stored outputs assume)."""
     import importlib.metadata as md

@@ -105,6 +105,9 @@ def _check_grad_cam(answer, t: Tester, model: nn.Sequential, layer: nn.Module, x
                         "this explains the sum of all logits: differentiate only the target class "
                         "of each image, logits[torch.arange(N), target].sum()"),
     }
+    wrong["scaled"] = (expected / expected.amax(dim=(1, 2), keepdim=True).clamp_min(1e-12),
+                       "the map is right but scaled to [0, 1]: return it unscaled (scaling is only "
+                       "for display)")
     got = answer(model, layer, x, target)
     t.expect_close(got, expected, what=what, atol=1e-5, wrong=wrong,
                    nudge="compare with the three steps: mean gradient per channel, weighted sum "

@@ -302,11 +302,16 @@ class Exercise:
                 "without parentheses after my_function."))
         globals_before = global_hook_ids()
         results: list[CaseResult] = []
-        for description, case in self.cases:
-            result = self._run_case(description, case, answer)
-            results.append(result)
-            if result.status != "pass":
-                break
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the cases are tiny: one thread is fastest and steadiest
+        try:
+            for description, case in self.cases:
+                result = self._run_case(description, case, answer)
+                results.append(result)
+                if result.status != "pass":
+                    break
+        finally:
+            torch.set_num_threads(threads)
         note = ""
         leaked = global_hook_ids() - globals_before
         if leaked:
@@ -314,6 +319,25 @@ class Exercise:
             note = (f"{len(leaked)} global module hook(s) stayed registered; they fire for every "
                     "model in the notebook. Remove them with handle.remove() (it has been done for you).")
         return CheckReport(self, results, note)
+
+    def grade(self, answer: Any) -> None:
+        """Show the same report as :meth:`check`, and fail the cell unless the answer passes.
+
+        The student edition's check cells call this, so nbgrader can score them: an unfinished
+        answer raises ``NotImplementedError``, a wrong one ``AssertionError``, after the report.
+        """
+        report = self.check(answer)
+        try:
+            from IPython.display import display
+            display(report)
+        except ImportError:  # outside Jupyter
+            print(repr(report))
+        if report.passed:
+            return
+        bad = report.failure
+        if bad is not None and bad.status == "unfinished":
+            raise NotImplementedError(f"{self.title}: not written yet (see the report above)")
+        raise AssertionError(f"{self.title}: not solved yet (see the report above)")
 
     def _run_case(self, description: str, case: Case, answer: Callable) -> CaseResult:
         tester = Tester()

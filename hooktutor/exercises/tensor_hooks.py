@@ -216,8 +216,13 @@ def _expect_norms(t: Tester, got, expected: dict[str, float], nudge: str) -> Non
              expected=sorted(expected), got=sorted(got) if isinstance(got, dict) else got,
              nudge="return a dict with one entry per name of `tensors`")
     for name, value in expected.items():
-        ok = isinstance(got[name], (int, float)) and abs(float(got[name]) - value) <= 1e-4 * max(1.0, value)
-        t.expect(ok, what=f"the norm recorded for {name!r}", expected=round(value, 5), got=got[name], nudge=nudge)
+        norm = got[name]
+        if isinstance(norm, torch.Tensor) and norm.numel() == 1:
+            norm = norm.item()  # a 0-dim tensor is fine too
+        t.expect(isinstance(norm, (int, float)), what=f"the norm recorded for {name!r}", expected="a float",
+                 got=norm, nudge="store one number per tensor: grad.norm().item()")
+        t.expect(abs(float(norm) - value) <= 1e-4 * max(1.0, value), what=f"the norm recorded for {name!r}",
+                 expected=round(value, 5), got=norm, nudge=nudge)
 
 
 def _expect_no_hooks(t: Tester, tensors: dict) -> None:
@@ -270,6 +275,22 @@ def _(answer, t: Tester) -> None:
         "a tensor used twice fires its hook once, with the summed gradient: record that one value"))
 
 
+@grad_norms.case("a loss whose backward fails: the hooks must still go")
+def _(answer, t: Tester) -> None:
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    h = x * 2
+    loss = (h ** 2).sum()
+    loss.backward()   # the graph is freed: a second backward of `loss` raises
+    try:
+        answer({"h": h}, loss)
+    except RuntimeError:
+        pass   # the error may reach the caller; the hooks must not stay behind
+    n = _tensor_hook_count(h)
+    t.expect(n == 0, what="hooks left on 'h' after a failed backward", expected=0, got=n, nudge=(
+        "loss.backward() raised, and your hook stayed attached. Register the hooks and call "
+        "backward inside try:, and remove every handle in the finally: block"))
+
+
 @grad_norms.wrong("a lambda in the loop captures the loop variable late", mentions="last value")
 def _late_binding(tensors, loss):
     norms, handles = {}, []
@@ -287,6 +308,17 @@ def _leaky(tensors, loss):
     for name, tensor in tensors.items():
         tensor.register_hook(lambda g, name=name: norms.__setitem__(name, g.norm().item()))
     loss.backward()
+    return norms
+
+
+@grad_norms.wrong("removes its hooks, but not in a finally block", mentions="finally")
+def _no_finally(tensors, loss):
+    norms, handles = {}, []
+    for name, tensor in tensors.items():
+        handles.append(tensor.register_hook(lambda g, name=name: norms.__setitem__(name, g.norm().item())))
+    loss.backward()
+    for h in handles:
+        h.remove()
     return norms
 
 

@@ -1,0 +1,96 @@
+"""Every lesson follows the template, and is stored the way strict nbval needs it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+LESSONS = [p for p in NOTEBOOKS if re.match(r"0[1-57]_", p.name)]
+COLAB_MARKER = "google.colab"
+
+
+def load(path: Path):
+    return nbformat.read(path, as_version=4)
+
+
+def headings(nb) -> list[str]:
+    return [line.lstrip("#").strip().lower() for c in nb.cells if c.cell_type == "markdown"
+            for line in c.source.splitlines() if line.startswith("#")]
+
+
+def tags(cell) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def test_the_course_is_all_there():
+    names = [p.stem for p in NOTEBOOKS]
+    for stem in ("00_start_here", "01_tensor_hooks", "02_forward_hooks", "03_changing_outputs",
+                 "04_backward_hooks", "05_inplace_relu_pitfall", "06_hook_lab", "07_capstone"):
+        assert stem in names
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_stored_for_strict_nbval(path):
+    nb = load(path)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    counts = [c.execution_count for c in code if c.source.strip()]
+    assert None not in counts, "every code cell is executed and stored (python3 course.py regen)"
+    assert counts == sorted(counts), "executed top to bottom"
+    for c in code:
+        src = c.source.rstrip()
+        last = src.splitlines()[-1] if src else ""
+        assert not (src.endswith(";") and not last.lstrip().startswith("#")), f"cell ends in ';': {src[-80:]}"
+        assert "with_out" not in src
+        errors = [o for o in c.outputs if o.output_type == "error"]
+        if "raises-exception" in tags(c):
+            assert errors, f"a cell tagged raises-exception must store its error:\n{src[:200]}"
+        else:
+            assert not errors, f"an untagged cell stored an error:\n{src[:200]}"
+        assert not re.search(r"pretrained\s*=\s*True|load_state_dict_from_url|urlopen|requests\.get", src)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_first_cell_is_a_title_with_level_and_time(path):
+    first = load(path).cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# ")
+    assert re.search(r"Level: [☆★]{3}", first.source) or "Level: any" in first.source
+    assert re.search(r"\d+ minutes|open-ended", first.source)
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_lesson_template_sections(path):
+    found = headings(load(path))
+    required = ["what you will be able to do", "the idea", "exercises", "recap"]
+    if not path.stem.startswith("07"):
+        required += ["try it live", "claims you will meet elsewhere"]
+    for section in required:
+        assert any(h.startswith(section) or section in h for h in found), f"{path.name}: no '{section}' section"
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_exercises_have_answer_and_check_cells(path):
+    nb = load(path)
+    solutions = [c for c in nb.cells if "solution" in tags(c)]
+    checks = [c for c in nb.cells if "check" in tags(c)]
+    assert len(solutions) >= 3 and len(checks) >= 3
+    for c in solutions:
+        assert "### BEGIN SOLUTION" in c.source and "### END SOLUTION" in c.source
+    for c in checks:
+        assert ".check(" in c.source
+        shown = "".join(o.get("data", {}).get("text/plain", "") for o in c.outputs)
+        assert shown.startswith("✔"), f"{path.name}: a stored check does not pass: {shown[:200]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_ignored_outputs_are_rare(path):
+    """nbval-ignore-output is for timings and the learner's machine only."""
+    nb = load(path)
+    ignored = [c for c in nb.cells if "nbval-ignore-output" in tags(c)]
+    assert len(ignored) <= 4, f"{path.name} ignores {len(ignored)} outputs"

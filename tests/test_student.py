@@ -1,0 +1,116 @@
+"""The student edition: generated from the source, runs as described, and nbgrader grades it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from hooktutor import student
+
+pytestmark = pytest.mark.course_env
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "notebooks"
+LESSONS = [p for p in sorted(SOURCE.glob("*.ipynb")) if any(
+    student.SOLUTION_TAG in c.get("metadata", {}).get("tags", [])
+    for c in nbformat.read(p, as_version=4).cells)]
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> tuple[Path, Path]:
+    out = tmp_path_factory.mktemp("student")
+    course = tmp_path_factory.mktemp("course")
+    result = subprocess.run([sys.executable, "-m", "hooktutor", "student", str(out), "--nbgrader", str(course)],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, course
+
+
+def test_every_lesson_with_exercises_has_at_least_three():
+    assert LESSONS, "no lesson has exercise cells"
+    for path in LESSONS:
+        if path.stem.startswith("00"):
+            continue
+        nb = nbformat.read(path, as_version=4)
+        checks = [c for c in nb.cells if student.CHECK_TAG in c.get("metadata", {}).get("tags", [])]
+        assert len(checks) >= 3, f"{path.name} has {len(checks)} checked exercises; the template asks for three"
+
+
+def test_edition_has_no_solutions_no_outputs_and_grade_cells(edition):
+    out, _ = edition
+    assert sorted(p.name for p in out.glob("*.ipynb")) == sorted(p.name for p in SOURCE.glob("*.ipynb"))
+    for path in LESSONS:
+        nb = nbformat.read(out / path.name, as_version=4)
+        text = "\n".join(c.source for c in nb.cells)
+        assert student.BEGIN not in text and student.END not in text
+        solutions = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+        grades = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        assert solutions and len(grades) == len(solutions)
+        assert all(student.STUB in c.source for c in solutions)
+        assert all(".grade(" in c.source and ".check(" not in c.source for c in grades)
+        assert all(not c.outputs and c.execution_count is None for c in nb.cells if c.cell_type == "code")
+
+
+def test_markers_are_validated():
+    with pytest.raises(student.MarkingError, match="needs ### BEGIN SOLUTION"):
+        student.strip_solution("def f():\n    return 1\n")
+    with pytest.raises(student.MarkingError, match="without ### END SOLUTION"):
+        student.strip_solution("def f():\n    ### BEGIN SOLUTION\n    return 1\n")
+    assert student.strip_solution("def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION") == (
+        "def f(x):\n    " + student.STUB)
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
+def test_student_edition_runs_and_every_check_reports_the_unfinished_exercise(edition, path):
+    out, _ = edition
+    nb = nbformat.read(out / path.name, as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(out)}}).execute()
+    errors = [(i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+              and "raises-exception" not in c.metadata.get("tags", [])  # errors the lesson shows on purpose
+              for o in c.outputs if o.output_type == "error"]
+    wrong = [(i, o.ename, o.evalue) for i, o in errors if o.ename != "NotImplementedError"]
+    assert not wrong, f"errors other than the stubs' NotImplementedError: {wrong}"
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            shown = "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+            assert "is not written yet" in shown and "NotImplementedError" in shown, cell.source
+
+
+def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_edition(edition, tmp_path):
+    _, course = edition
+    lesson = "00_start_here"
+    env = dict(os.environ, JUPYTER_CONFIG_DIR=str(tmp_path / "cfg"), JUPYTER_DATA_DIR=str(tmp_path / "data"),
+               IPYTHONDIR=str(tmp_path / "ipython"),
+               PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    nbgrader = [sys.executable, "-m", "nbgrader"]
+
+    def run(*args):
+        result = subprocess.run([*nbgrader, *args], cwd=course, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result
+
+    run("generate_assignment", lesson, "--force")
+    release = course / "release" / lesson / f"{lesson}.ipynb"
+    for who, notebook in (("solved", course / "source" / lesson / f"{lesson}.ipynb"), ("untouched", release)):
+        folder = course / "submitted" / who / lesson
+        folder.mkdir(parents=True)
+        shutil.copy(notebook, folder / f"{lesson}.ipynb")
+    log = run("autograde", lesson, "--create", "--force")
+    assert "ERROR" not in log.stdout + log.stderr
+
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        solved = gb.find_submission(lesson, "solved")
+        untouched = gb.find_submission(lesson, "untouched")
+        assert solved.max_score > 0
+        assert solved.score == solved.max_score
+        assert untouched.score == 0
