@@ -7,6 +7,7 @@
     python3 course.py doctor    # check the environment and say what to fix
     python3 course.py student OUTDIR   # write the student edition (solutions removed)
     python3 course.py compat    # the library tests on the oldest supported torch (own venv)
+    python3 course.py setup     # only create/update .venv (what lab and test do first)
 
 Extra arguments after the command go to jupyter lab / pytest / the tool. The environment
 lives in .venv next to this file (set HOOKTUTOR_VENV to put it elsewhere). Exact versions

@@ -164,7 +164,9 @@ def plot(results: dict, path: Path) -> None:
     panels = [mode for mode in MODES if hooks] + (["notebooks"] if nbs else [])
     if not panels:
         return
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 5.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels) + 2.4, 5.4), squeeze=False,
+                             gridspec_kw={"width_ratios": [1.0] * len(panels)})
+    hook_axes = []
     for ax, panel in zip(axes[0], panels):
         if panel in MODES:
             models = list(hooks["models"])
@@ -174,19 +176,23 @@ def plot(results: dict, path: Path) -> None:
                 ratios = [hooks["models"][n][panel]["ratio"][c] for c in configs]
                 ax.barh([k + i * height for k in range(len(configs))], ratios, height=height, label=n)
             ax.set_yticks([k + 0.4 - height / 2 for k in range(len(configs))])
-            ax.set_yticklabels([LABELS[c].replace(" (", "\n(") for c in configs], fontsize=7)
+            if hook_axes:
+                ax.set_yticklabels([])
+            else:
+                ax.set_yticklabels([LABELS[c].replace(" (", "\n(").replace(", grads", ",\ngrads") for c in configs], fontsize=7)
+            hook_axes.append(ax)
             ax.invert_yaxis()
             ax.axvline(1.0, color="black", linewidth=0.8)
             ax.set_xlabel("step time ÷ no hooks")
             ax.set_title(f"hook overhead, {panel}")
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=7, loc="lower right")
         else:
-            names = list(nbs)
-            secs = [nbs[n]["seconds"] for n in names]
-            colors = ["tab:red" if nbs[n]["seconds"] >= nbs[n]["limit_s"] else "tab:green" for n in names]
+            names = [n.removesuffix(".ipynb") for n in nbs]
+            secs = [d["seconds"] for d in nbs.values()]
+            colors = ["tab:red" if d["seconds"] >= d["limit_s"] else "tab:green" for d in nbs.values()]
             ax.barh(names, secs, color=colors)
-            for k, n in enumerate(names):
-                ax.plot([nbs[n]["limit_s"]] * 2, [k - 0.4, k + 0.4], color="black", linewidth=1.5)
+            for k, d in enumerate(nbs.values()):
+                ax.plot([d["limit_s"]] * 2, [k - 0.4, k + 0.4], color="black", linewidth=1.5)
             ax.invert_yaxis()
             ax.tick_params(axis="y", labelsize=7)
             ax.set_xlabel("seconds (black mark: limit)")

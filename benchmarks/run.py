@@ -23,6 +23,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 PARTS = ("hooks", "import", "notebooks", "widget")
+DEFAULT_OUT = HERE / "results" / "latest"
 README_START, README_END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
 
@@ -89,6 +90,14 @@ def widget_latency(python: str, quick: bool) -> dict:
     return found
 
 
+def readme_block(table: str) -> str:
+    """The table for a README: without its title, each heading one level deeper."""
+    lines = table.strip().splitlines()
+    if lines and lines[0].startswith("# "):
+        lines = lines[1:]
+    return "\n".join("#" + ln if ln.startswith("#") else ln for ln in lines).strip()
+
+
 def update_readme(path: Path, table: str) -> bool:
     """Replace the text between the benchmark markers of ``path``, if it has them."""
     if not path.exists():
@@ -110,7 +119,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="hook overhead in process CPU time (default) or wall time")
     parser.add_argument("--write", action="store_true", help="write results even with --quick")
-    parser.add_argument("--out", default=str(HERE / "results" / "latest"),
+    parser.add_argument("--out", default=str(DEFAULT_OUT),
                         help="where to write .md, .png and .json (without the suffix)")
     args = parser.parse_args(argv)
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
@@ -152,15 +161,17 @@ def main(argv: list[str]) -> int:
     if args.quick and not args.write:
         say("quick run: nothing written (add --write to keep it)")
         return 0
-    out = Path(args.out)
+    out = Path(args.out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".md").write_text(table, encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     report.plot(results, out.with_suffix(".png"))
     say(f"wrote {out.with_suffix('.md').relative_to(ROOT) if out.is_relative_to(ROOT) else out}"
         " (.md, .png, .json)")
+    if args.quick or out != DEFAULT_OUT:
+        return 0  # only a full run to the usual place is "the latest results"
     for readme in (HERE / "README.md", ROOT / "README.md"):
-        if update_readme(readme, table):
+        if update_readme(readme, readme_block(table)):
             say(f"updated the table in {readme.relative_to(ROOT)}")
     return 0
 

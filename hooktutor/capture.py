@@ -56,7 +56,8 @@ class _Layers:
 
 
 def _finish_grad(name: str, index: int, slot: Any) -> Any:
-    """The gradient of one call from its slot ``(paths, skeleton)``, or why there is none."""
+    """The gradient of one call from its slot, or why there is none. A slot is ``None`` (no
+    gradient needed), a :class:`_GradSlot` (a tensor output) or ``(paths, skeleton)``."""
     if slot is None:
         raise RecordNotFound(
             f"no gradient for {name!r} call {index}: its output did not require grad "

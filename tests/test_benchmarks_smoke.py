@@ -89,3 +89,8 @@ def test_readme_table_is_replaced_only_between_the_markers(tmp_path):
     plain.write_text("no markers\n")
     assert not run.update_readme(plain, "| new |")
     assert plain.read_text() == "no markers\n"
+
+
+def test_readme_block_drops_the_title_and_demotes_headings():
+    block = run.readme_block("# Title\n\nTaken on X.\n\n## Goals\n\n| a |\n")
+    assert block == "Taken on X.\n\n### Goals\n\n| a |"

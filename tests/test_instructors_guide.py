@@ -164,3 +164,14 @@ def test_every_nbgrader_command_is_a_real_subcommand():
     used = set(re.findall(r"(?:^|\bdo|\bthen|\bor:|[;&|(])[ \t]*nbgrader[ \t]+([a-z_]+)", code, flags=re.M))
     assert {"generate_assignment", "autograde", "generate_feedback", "export"} <= used
     assert used <= known, f"not nbgrader subcommands: {sorted(used - known)}"
+
+
+def test_the_table_of_contents_links_to_real_headings():
+    text = guide()
+    slugs = set()
+    for heading in re.findall(r"^#{2,3} (.+)$", text, flags=re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+        slugs.add(slug)
+    links = re.findall(r"\]\(#([^)]+)\)", text)
+    assert links
+    assert set(links) <= slugs, f"links to missing headings: {sorted(set(links) - slugs)}"

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from ._base import close_all
 from ._modes import MODES
-
-
+from .inplace import InplaceSwitch, inplace_switch
+from .panel import HookPanel
 from .toggle import HookToggle, hook_toggle
 
 __all__ = ["MODES", "HookPanel", "HookToggle", "InplaceSwitch", "close_all", "hook_toggle", "inplace_switch"]

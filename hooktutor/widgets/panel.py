@@ -1,0 +1,241 @@
+"""``HookPanel``: the hook control panel of ``06_hook_lab.ipynb``.
+
+One mode selector per layer (off / observe / zero / scale / scale_grad) attaches or
+detaches a real hook at once; every change re-runs the model and redraws what changed:
+the chosen layer's activations (histogram or feature maps), the gradient norm per layer,
+the output and loss, and the table of hooks attached right now (``list_hooks``). For models
+with in-place modules (the CNN's ReLUs) a switch flips them, and the activation view can
+show what a hook that stored ``output.detach()`` without copying kept.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..inventory import HookTable, list_hooks
+from ..models import inplace_modules, set_inplace
+from ..selection import LayerSpec, check_model, get_layer, select_layers
+from ._base import HookWidget, call_model, ipw
+from ._compute import Snapshot, run
+from ._modes import MODES, attach, check_mode, check_scale
+from ._render import PngView, show_activation, show_gradients
+
+STORE_COPY = "a copy (clone)"
+STORE_DETACH = "output.detach()"
+
+
+def _stored_without_copy(model: nn.Module, inputs: Any, module: nn.Module) -> torch.Tensor | None:
+    """What a hook that kept ``output.detach()`` holds after the forward (the in-place trap)."""
+    kept: list[torch.Tensor] = []
+
+    def naive(mod: nn.Module, args: tuple, output: Any) -> None:
+        if isinstance(output, torch.Tensor):
+            kept.append(output.detach())
+
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    handle = module.register_forward_hook(naive)
+    try:
+        with torch.no_grad():
+            call_model(model, inputs)
+    finally:
+        handle.remove()
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
+    return kept[-1] if kept else None
+
+
+class HookPanel(HookWidget):
+    """A hook mode per layer and live views; see the module docstring and ``06_hook_lab.ipynb``.
+
+    ``set_mode(layer, mode, scale=None)`` does what the dropdown does; ``snapshot`` holds the
+    last pass (``loss``, ``activations``, ``grad_norms``), ``loss_text`` the status line,
+    ``table`` the :class:`hooktutor.HookTable` last shown; ``close()`` removes every hook and
+    restores the model's in-place flags.
+    """
+
+    kind = "HookPanel"
+
+    def __init__(self, model: nn.Module, inputs: Any, targets: Any = None, *, loss_fn: Any = None,
+                 layers: LayerSpec = None, name: str = "panel", scale: float = 2.0):
+        check_model(model, "HookPanel")
+        chosen = [n for n, _ in select_layers(model, layers, func="HookPanel") if n]
+        if not chosen:
+            raise ValueError(f"{type(model).__name__} has no submodule to put hooks on")
+        scale = check_scale(scale)
+        super().__init__(name)
+        self.model, self.inputs, self.targets, self.loss_fn = model, inputs, targets, loss_fn
+        self.layers = chosen
+        self.modules = {n: get_layer(model, n) for n in chosen}
+        self.modes = dict.fromkeys(chosen, "off")
+        self.observed: dict[str, dict[str, Any]] = {}
+        self.snapshot = Snapshot()
+        self.loss_text = ""
+        self.table: HookTable = list_hooks(model)
+        self._original_inplace = {n: m.inplace for n, m in model.named_modules()
+                                  if isinstance(getattr(m, "inplace", None), bool)}
+        self._quiet = False
+        self.shown_activation: torch.Tensor | None = None  # what the activation view shows
+
+        w = ipw()
+        self.selectors: dict[str, Any] = {}
+        for layer in chosen:
+            dd = w.Dropdown(options=list(MODES), value="off", description=layer,
+                            style={"description_width": "110px"}, layout=w.Layout(width="280px"))
+            dd.add_class("hooktutor-mode")
+            dd.observe(lambda change, layer=layer: self._on_mode(layer, change["new"]), names="value")
+            self.selectors[layer] = dd
+        self.scale_slider = w.FloatSlider(value=scale, min=0.0, max=4.0, step=0.25, description="scale",
+                                          style={"description_width": "110px"}, layout=w.Layout(width="280px"))
+        self.scale_slider.add_class("hooktutor-scale")
+        self.scale_slider.observe(self._on_scale, names="value")
+        controls = [w.HTML("<b>hook on each layer</b>"), *self.selectors.values(), self.scale_slider]
+        self.inplace_box = None
+        if self._original_inplace:
+            self.inplace_box = w.Checkbox(value=bool(inplace_modules(model)), description="ReLUs in place",
+                                          indent=False)
+            self.inplace_box.add_class("hooktutor-inplace")
+            self.inplace_box.observe(self._on_inplace, names="value")
+            controls.append(self.inplace_box)
+
+        self.show_layer = w.Dropdown(options=chosen, value=chosen[0], description="show",
+                                     layout=w.Layout(width="240px"))
+        self.show_kind = w.ToggleButtons(options=["histogram", "feature maps"], value="histogram",
+                                         style={"button_width": "95px"})
+        self.store = w.ToggleButtons(options=[STORE_COPY, STORE_DETACH], value=STORE_COPY,
+                                     description="a hook stored", style={"button_width": "120px"})
+        for ctrl in (self.show_layer, self.show_kind, self.store):
+            ctrl.observe(self._on_view, names="value")
+        self.act_out = w.Output(layout=w.Layout(min_height="60px"))
+        self.grad_out = w.Output(layout=w.Layout(min_height="60px"))
+        self.act_out.add_class("hooktutor-activation")
+        self.grad_out.add_class("hooktutor-gradients")
+        self.loss_html = w.HTML()
+        self.loss_html.add_class("hooktutor-loss")
+        self.table_html = w.HTML()
+        self.table_html.add_class("hooktutor-table")
+        self._act_view = PngView(self.act_out)
+        self._grad_view = PngView(self.grad_out)
+        views = w.VBox([w.HBox([self.show_layer, self.show_kind]), self.store, self.act_out, self.grad_out])
+        self.widget = w.VBox([w.HTML(f"<b>HookPanel: {html.escape(type(model).__name__)}</b>"),
+                              w.HBox([w.VBox(controls), views]), self.loss_html, self.table_html])
+        self.widget.add_class("hooktutor-panel")
+        self.refresh()
+
+    # -- changes ----------------------------------------------------------------------
+    def _on_mode(self, layer: str, mode: str) -> None:
+        if self.closed:
+            return
+        self.modes[layer] = mode
+        attach(self.hooks, layer, self.modules[layer], mode, self.scale_slider.value, layer=layer,
+               observed=self.observed)
+        if not self._quiet:
+            self.refresh()
+
+    def _on_scale(self, change: dict) -> None:
+        if self.closed:
+            return
+        for layer, mode in self.modes.items():
+            if mode in ("scale", "scale_grad"):
+                attach(self.hooks, layer, self.modules[layer], mode, change["new"], layer=layer,
+                       observed=self.observed)
+        if not self._quiet:
+            self.refresh()
+
+    def _on_inplace(self, change: dict) -> None:
+        if self.closed:
+            return
+        set_inplace(self.model, bool(change["new"]))
+        if not self._quiet:
+            self.refresh()
+
+    def _on_view(self, change: dict) -> None:
+        if not self.closed and not self._quiet:
+            self.refresh()
+
+    def set_mode(self, layer: str, mode: str, scale: float | None = None) -> None:
+        """Switch ``layer``'s hook to ``mode`` (and the scale), exactly as the controls do."""
+        if layer not in self.selectors:
+            get_layer(self.model, layer)  # a helpful error for a misspelt name
+            raise ValueError(f"{layer!r} is not one of this panel's layers: {', '.join(self.layers)}")
+        check_mode(mode)
+        self._quiet = True
+        try:
+            if scale is not None:
+                self.scale_slider.value = check_scale(scale)
+            self.selectors[layer].value = mode
+        finally:
+            self._quiet = False
+        self.refresh()
+
+    def reset(self) -> None:
+        """Every hook off, the in-place flags as the model had them, the views as at the start."""
+        self._quiet = True
+        try:
+            for dd in self.selectors.values():
+                dd.value = "off"
+            if self.inplace_box is not None:
+                self.inplace_box.value = any(self._original_inplace.values())
+            for name, flag in self._original_inplace.items():
+                self.model.get_submodule(name).inplace = flag
+            self.store.value = STORE_COPY
+            self.show_kind.value = "histogram"
+            self.show_layer.value = self.layers[0]
+        finally:
+            self._quiet = False
+        self.refresh()
+
+    def set_inplace(self, on: bool) -> None:
+        """Flip the model's in-place modules, as the checkbox does."""
+        if self.inplace_box is None:
+            raise ValueError(f"{type(self.model).__name__} has no in-place modules to switch")
+        self.inplace_box.value = bool(on)
+
+    # -- views ------------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Run the model once and redraw every view whose content changed."""
+        if self.closed:
+            return
+        layer = self.show_layer.value
+        snap = run(self.model, self.inputs, self.targets, self.loss_fn, layers=self.layers, keep=(layer,))
+        self.snapshot = snap
+        on = {n: m for n, m in self.modes.items() if m != "off"}
+        self.loss_text = snap.loss_text()
+        if self.observed:
+            self.loss_text += " · observed " + ", ".join(
+                f"{n}: mean {o['mean']:.4f}" for n, o in sorted(self.observed.items()))
+        hooks_on = ", ".join(f"{n}={m}" for n, m in on.items()) or "none"
+        self.loss_html.value = (f"<div class='hooktutor-loss-text'>{html.escape(self.loss_text)}</div>"
+                                f"<div><small>hooks switched on: {html.escape(hooks_on)}</small></div>")
+        self.table = list_hooks(self.model)
+        self.table_html.value = self.table._repr_html_()
+        if snap.error is not None:
+            self._act_view.text(snap.error)
+            self._grad_view.text("")
+            return
+        act = snap.activations.get(layer)
+        title = layer
+        if self.store.value == STORE_DETACH:
+            act = _stored_without_copy(self.model, self.inputs, self.modules[layer])
+            title = f"{layer}, kept as output.detach()"
+        self.shown_activation = act
+        if act is not None:
+            show_activation(self._act_view, title, act, self.show_kind.value)
+        else:
+            self._act_view.text(f"{layer} did not produce a tensor")
+        show_gradients(self._grad_view, self.layers, snap.grad_norms)
+
+    def _cleanup(self) -> None:
+        for name, flag in self._original_inplace.items():
+            self.model.get_submodule(name).inplace = flag
+
+    def _short(self) -> str:
+        n = sum(1 for m in self.modes.values() if m != "off")
+        return f"HookPanel({type(self.model).__name__}, {len(self.layers)} layers, {n} hooks on)"
+
+    def __repr__(self) -> str:
+        return self._short()

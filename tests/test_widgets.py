@@ -1,0 +1,503 @@
+"""The live widgets, driven from Python the way a click drives them (no browser, no kernel).
+
+Setting ``toggle.value`` (or ``panel.set_mode``) calls the widget's observer synchronously,
+exactly as a click in JupyterLab does, so everything a learner sees can be asserted here:
+which hooks are attached (``hooktutor.list_hooks``), what the views show (the Output
+widgets' ``outputs``, the PNG bytes, the status/loss text) and what the hooks do to the loss
+and the gradients, recomputed by hand. The browser tests (``tests/browser/``) check that the
+page really shows it.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import copy
+import html
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hooktutor as ht
+from hooktutor import UnknownLayerError, list_hooks
+from hooktutor.models import MLP, SmallCNN, inplace_modules
+from hooktutor.widgets import MODES, close_all, hook_toggle, inplace_switch
+
+WIDGETS_DIR = Path(ht.__file__).resolve().parent / "widgets"
+
+try:  # the full panel (06_hook_lab.ipynb) is optional until it exists
+    from hooktutor.widgets import HookPanel
+except ImportError:
+    HookPanel = None
+
+needs_panel = pytest.mark.skipif(HookPanel is None, reason="hooktutor.widgets.HookPanel is not written yet")
+
+
+# -- fixtures and helpers ------------------------------------------------------------------
+
+@pytest.fixture(autouse=True)
+def _close_widgets():
+    """Every test starts and ends with no live widget (widgets are registered by name)."""
+    close_all()
+    yield
+    close_all()
+
+
+@pytest.fixture
+def mlp():
+    x, y = ht.data.blobs(32, seed=0)
+    return MLP(seed=0), x, y
+
+
+@pytest.fixture
+def cnn():
+    x, y = ht.data.shapes(32, seed=0)
+    return SmallCNN(seed=0), x, y
+
+
+def png_of(out) -> bytes:
+    """The PNG an Output widget shows (it must show exactly one picture)."""
+    assert len(out.outputs) == 1, out.outputs
+    data = out.outputs[0].get("data", {})
+    assert "image/png" in data, f"the view shows no picture: {out.outputs}"
+    return base64.b64decode(data["image/png"])
+
+
+def text_of(out) -> str:
+    """The text an Output widget shows (one stream or one text/plain display)."""
+    assert len(out.outputs) == 1, out.outputs
+    o = out.outputs[0]
+    return o["text"] if o["output_type"] == "stream" else o["data"]["text/plain"]
+
+
+def plain_text(html_text: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", html_text))
+
+
+def hooks_on(model, path=None):
+    table = list_hooks(model)
+    return table if path is None else table.where(path=path)
+
+
+def state(model):
+    """Every parameter, buffer and ``.grad`` of ``model``: what a widget must leave alone."""
+    return ({k: v.detach().clone() for k, v in model.state_dict().items()},
+            [None if p.grad is None else p.grad.clone() for p in model.parameters()])
+
+
+def assert_same_state(model, before):
+    params, grads = before
+    now_params, now_grads = state(model)
+    for k in params:
+        assert torch.equal(params[k], now_params[k]), f"the widget changed {k}"
+    assert all(g is None for g in now_grads) == all(g is None for g in grads)
+
+
+def by_hand_cnn(model, x, layer_index: int, factor: float):
+    """SmallCNN's logits with ``features[layer_index]``'s output multiplied by ``factor``."""
+    h = x
+    for i, layer in enumerate(model.features):
+        h = layer.forward(h)  # .forward: no hook fires
+        if i == layer_index:
+            h = h * factor
+    return model.classifier.forward(model.pool.forward(h).flatten(1))
+
+
+# -- hook_toggle: attaching and detaching -----------------------------------------------
+
+@pytest.mark.parametrize("which, layer", [("mlp", "fc1"), ("mlp", "head"), ("cnn", "features.0"),
+                                          ("cnn", "classifier")])
+@pytest.mark.parametrize("mode", ["observe", "zero", "scale", "scale_grad"])
+def test_a_click_attaches_exactly_one_forward_hook_and_the_next_removes_it(request, which, layer, mode):
+    model, x, y = request.getfixturevalue(which)
+    toggle = hook_toggle(model, x, layer, mode=mode, targets=y)
+    assert len(hooks_on(model)) == 0, "a new toggle starts unticked, with no hook"
+    assert toggle.value is False
+    for _ in range(2):  # on, off, on, off: never more than one hook
+        toggle.value = True
+        rows = hooks_on(model)
+        assert len(rows) == 1, rows
+        assert (rows[0].path, rows[0].kind) == (layer, "forward")
+        assert rows[0].function.startswith(toggle.name), "the hook is named after its widget"
+        assert mode in rows[0].function
+        assert "(1 hook on" in plain_text(toggle.status.value)
+        toggle.value = False
+        assert len(hooks_on(model)) == 0
+        assert "(0 hooks on" in plain_text(toggle.status.value)
+
+
+def test_the_hook_count_shown_is_the_count_on_the_layer_including_hooks_from_elsewhere(mlp):
+    model, x, y = mlp
+    toggle = hook_toggle(model, x, "fc1", targets=y)
+    handle = model.fc1.register_forward_hook(lambda m, a, o: None)
+    try:
+        toggle.value = True
+        assert "(2 hooks on fc1)" in plain_text(toggle.status.value)
+        toggle.value = False
+        assert "(1 hook on fc1)" in plain_text(toggle.status.value)
+        assert len(hooks_on(model)) == 1, "the toggle removes only its own hook"
+    finally:
+        handle.remove()
+
+
+# -- hook_toggle: the views ---------------------------------------------------------------
+
+@pytest.mark.parametrize("which, layer", [("mlp", "fc2"), ("cnn", "features.4")])
+def test_every_click_redraws_the_picture_and_the_status_line(request, which, layer):
+    model, x, y = request.getfixturevalue(which)
+    toggle = hook_toggle(model, x, layer, mode="scale", scale=3.0, targets=y)
+    off_png, off_text = png_of(toggle.out), toggle.loss_text
+    assert off_text.startswith("hook off · loss ")
+    toggle.value = True
+    on_png, on_text = png_of(toggle.out), toggle.loss_text
+    assert on_png != off_png, "the histogram must change when the hook scales the layer's output"
+    assert on_text.startswith("hook on · loss ") and on_text != off_text
+    assert html.escape(on_text) in toggle.status.value
+    toggle.value = False
+    assert png_of(toggle.out) == off_png, "switching off shows exactly the picture of before"
+    assert toggle.loss_text == off_text
+    assert len(toggle.out.outputs) == 1, "the view is replaced, never appended to"
+
+
+def test_the_view_replaces_its_output_instead_of_appending(mlp):
+    model, x, y = mlp
+    toggle = hook_toggle(model, x, "fc1", targets=y)
+    for i in range(6):
+        toggle.value = i % 2 == 0
+        assert len(toggle.out.outputs) == 1
+
+
+@pytest.mark.parametrize("which, layer, before", [("mlp", "fc2", ["fc1", "act1"]),
+                                                  ("cnn", "features.4", ["features.0", "features.1",
+                                                                         "features.2", "features.3"])])
+def test_gradients_view_shows_that_zeroing_a_layer_stops_the_gradient_before_it(request, which, layer, before):
+    model, x, y = request.getfixturevalue(which)
+    toggle = hook_toggle(model, x, layer, mode="zero", targets=y, view="gradients")
+    off_png = png_of(toggle.out)
+    assert all(toggle.snapshot.grad_norms[n] > 0 for n in before)
+    toggle.value = True
+    assert png_of(toggle.out) != off_png
+    assert all(toggle.snapshot.grad_norms[n] == 0 for n in before), toggle.snapshot.grad_norms
+    toggle.value = False
+    assert png_of(toggle.out) == off_png
+
+
+def test_loss_view_shows_the_loss_line_and_changes_with_the_hook(mlp):
+    model, x, y = mlp
+    toggle = hook_toggle(model, x, "fc1", mode="zero", targets=y, view="loss")
+    off = text_of(toggle.out)
+    assert off == toggle.snapshot.loss_text() and off.startswith("loss ")
+    toggle.value = True
+    assert text_of(toggle.out) != off
+    assert f"{toggle.snapshot.loss:.4f}" in text_of(toggle.out)
+
+
+def test_views_are_filled_from_the_kernel_and_nothing_is_printed(mlp, capsys):
+    # With `with out:` a plain Python process (no IPython kernel) would print to stdout and
+    # leave out.outputs empty; the widgets set out.outputs directly instead.
+    model, x, y = mlp
+    toggle = hook_toggle(model, x, "fc1", targets=y)
+    toggle.value = True
+    toggle.value = False
+    assert toggle.out.outputs and png_of(toggle.out)[:4] == b"\x89PNG"
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_no_widget_module_uses_with_out():
+    offenders = []
+    for path in sorted(WIDGETS_DIR.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.With, ast.AsyncWith)):
+                for item in node.items:
+                    src = ast.unparse(item.context_expr)
+                    if re.search(r"(^|\.)(out|output|view)\w*$", src, re.IGNORECASE):
+                        offenders.append(f"{path.name}:{node.lineno}: with {src}:")
+    assert not offenders, "Output widgets must be filled with out.outputs = ..., not `with out:`:\n" + \
+        "\n".join(offenders)
+
+
+# -- hook_toggle: what the hooks do, checked by hand ---------------------------------------
+
+def test_zero_and_scale_change_the_loss_exactly_as_computed_by_hand_on_the_mlp(mlp):
+    model, x, y = mlp
+    with torch.no_grad():
+        plain = F.cross_entropy(model(x), y).item()
+        zeroed = F.cross_entropy(model.head(model.act2(model.fc2(model.act1(model.fc1(x) * 0)))), y).item()
+        halved = F.cross_entropy(model.head(model.act2(model.fc2(model.act1(model.fc1(x))) * 0.5)), y).item()
+    zero = hook_toggle(model, x, "fc1", mode="zero", targets=y)
+    scale = hook_toggle(model, x, "act2", mode="scale", scale=0.5, targets=y)
+    assert zero.snapshot.loss == pytest.approx(plain, abs=1e-6)
+    zero.value = True
+    assert zero.snapshot.loss == pytest.approx(zeroed, abs=1e-6)
+    assert f"loss {zeroed:.4f} (cross-entropy)" in zero.loss_text
+    zero.value = False
+    scale.value = True
+    assert scale.snapshot.loss == pytest.approx(halved, abs=1e-6)
+    scale.value = False
+    assert scale.snapshot.loss == pytest.approx(plain, abs=1e-6)
+
+
+@pytest.mark.parametrize("index, mode, factor", [(4, "zero", 0.0), (4, "scale", 0.5), (5, "scale", 2.0)])
+def test_zero_and_scale_change_the_loss_exactly_as_computed_by_hand_on_the_cnn(cnn, index, mode, factor):
+    model, x, y = cnn
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        expected = F.cross_entropy(by_hand_cnn(reference, x, index, factor), y).item()
+    toggle = hook_toggle(model, x, f"features.{index}", mode=mode, scale=factor if mode == "scale" else 2.0,
+                         targets=y)
+    toggle.value = True
+    assert toggle.snapshot.loss == pytest.approx(expected, abs=1e-5)
+    assert toggle.snapshot.output is not None
+    assert f"loss {expected:.4f}" in toggle.loss_text
+
+
+def test_observe_changes_nothing_but_reports_what_it_saw(mlp):
+    model, x, y = mlp
+    toggle = hook_toggle(model, x, "fc1", mode="observe", targets=y)
+    off_loss = toggle.snapshot.loss
+    toggle.value = True
+    assert toggle.snapshot.loss == off_loss
+    expected_mean = float(model.fc1(x).mean())
+    assert f"observed mean {expected_mean:.4f}" in toggle.loss_text
+    toggle.value = False
+    assert "observed" not in toggle.loss_text
+
+
+def grads_by_hand(model, x, y, params):
+    return torch.autograd.grad(F.cross_entropy(model(x), y), params)
+
+
+def test_scale_grad_scales_the_gradient_of_the_layer_and_everything_before_it_on_the_mlp(mlp):
+    model, x, y = mlp
+    params = [model.fc1.weight, model.fc2.weight, model.fc2.bias, model.head.weight]
+    toggle = hook_toggle(model, x, "fc2", mode="scale_grad", scale=3.0, targets=y)
+    g_off = grads_by_hand(model, x, y, params)
+    toggle.value = True
+    g_on = grads_by_hand(model, x, y, params)
+    for before, after in zip(g_off[:3], g_on[:3]):  # fc1 and fc2 feed into the hooked output
+        torch.testing.assert_close(after, 3.0 * before)
+    torch.testing.assert_close(g_on[3], g_off[3])  # the head comes after it: unchanged
+    with torch.no_grad():
+        assert toggle.snapshot.loss == pytest.approx(F.cross_entropy(model(x), y).item(), abs=1e-6), \
+            "scale_grad leaves the forward pass (and the loss) alone"
+    toggle.value = False
+    for before, after in zip(g_off, grads_by_hand(model, x, y, params)):
+        torch.testing.assert_close(after, before)
+
+
+def test_scale_grad_on_the_cnn_scales_the_gradient_flow_view(cnn):
+    model, x, y = cnn
+    toggle = hook_toggle(model, x, "features.4", mode="scale_grad", scale=0.25, targets=y, view="gradients")
+    norms_off, png_off = dict(toggle.snapshot.grad_norms), png_of(toggle.out)
+    (w_off,) = grads_by_hand(model, x, y, [model.features[0].weight])
+    toggle.value = True
+    norms_on = toggle.snapshot.grad_norms
+    (w_on,) = grads_by_hand(model, x, y, [model.features[0].weight])
+    torch.testing.assert_close(w_on, 0.25 * w_off, rtol=1e-4, atol=1e-7)
+    for name in ("features.0", "features.1", "features.2", "features.3"):
+        assert norms_on[name] == pytest.approx(0.25 * norms_off[name], rel=1e-4), name
+    for name in ("features.5", "pool", "classifier"):
+        assert norms_on[name] == pytest.approx(norms_off[name], rel=1e-6), name
+    assert png_of(toggle.out) != png_off
+
+
+@pytest.mark.parametrize("which, layer", [("mlp", "fc1"), ("cnn", "features.1")])
+def test_toggling_leaves_weights_buffers_and_grads_alone(request, which, layer):
+    model, x, y = request.getfixturevalue(which)
+    before = state(model)  # SmallCNN's BatchNorm running statistics included
+    toggle = hook_toggle(model, x, layer, mode="scale", targets=y, view="gradients")
+    for on in (True, False, True):
+        toggle.value = on
+    toggle.close()
+    assert_same_state(model, before)
+    assert all(p.grad is None for p in model.parameters())
+
+
+# -- hook_toggle: re-running the cell, closing ---------------------------------------------
+
+def test_recreating_a_toggle_replaces_the_old_one_and_its_hook(mlp):
+    model, x, y = mlp
+    first = hook_toggle(model, x, "fc1", targets=y)
+    first.value = True
+    second = hook_toggle(model, x, "fc1", targets=y)  # the same cell run again
+    assert first.closed and len(hooks_on(model)) == 0
+    second.value = True
+    assert len(hooks_on(model)) == 1
+    first.value = True  # the old checkbox is dead: it attaches nothing
+    assert len(hooks_on(model)) == 1
+    third = hook_toggle(MLP(seed=0), x, "fc1", targets=y)  # a rebuilt model, same cell
+    assert second.closed and len(hooks_on(model)) == 0
+    third.close()
+
+
+def test_recreating_under_an_explicit_name_replaces_and_different_names_coexist(mlp):
+    model, x, y = mlp
+    a = hook_toggle(model, x, "fc1", name="demo")
+    a.value = True
+    b = hook_toggle(model, x, "fc2", name="demo")
+    b.value = True
+    assert [r.path for r in hooks_on(model)] == ["fc2"]
+    c = hook_toggle(model, x, "fc1", mode="observe", name="other")
+    c.value = True
+    assert sorted(r.path for r in hooks_on(model)) == ["fc1", "fc2"]
+    assert close_all() == 2
+    assert len(hooks_on(model)) == 0
+
+
+def test_close_removes_the_hook_and_can_be_called_twice(cnn):
+    model, x, y = cnn
+    toggle = hook_toggle(model, x, "features.0", targets=y)
+    toggle.value = True
+    toggle.close()
+    assert len(hooks_on(model)) == 0 and toggle.closed
+    toggle.close()
+    toggle.value = True  # a closed widget does nothing
+    assert len(hooks_on(model)) == 0
+
+
+def test_a_failed_creation_leaves_the_working_widget_of_that_name_alone(mlp):
+    model, x, y = mlp
+    toggle = hook_toggle(model, x, "fc1", targets=y)
+    toggle.value = True
+    with pytest.raises(UnknownLayerError):
+        hook_toggle(model, x, "fc_1", targets=y)
+    assert not toggle.closed and len(hooks_on(model, "fc1")) == 1
+
+
+# -- hook_toggle: errors and repr -----------------------------------------------------------
+
+def test_a_misspelt_layer_raises_unknown_layer_error_with_a_suggestion(mlp, cnn):
+    model, x, y = mlp
+    with pytest.raises(UnknownLayerError, match=r"'fc_1' is not a module of MLP; did you mean 'fc1'"):
+        hook_toggle(model, x, "fc_1")
+    cnn_model, cx, _ = cnn
+    with pytest.raises(UnknownLayerError, match=r"did you mean 'features\.0'"):
+        hook_toggle(cnn_model, cx, "feature.0")
+    with pytest.raises(UnknownLayerError, match=r"did you mean 'features\.1'"):
+        inplace_switch(cnn_model, cx, "features1")
+    assert len(hooks_on(model)) == 0 and len(hooks_on(cnn_model)) == 0
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"mode": "double"}, ValueError, r"unknown hook mode 'double'; use one of 'observe', 'zero', 'scale', 'scale_grad'"),
+    ({"mode": "off"}, ValueError, r"unknown hook mode 'off'"),
+    ({"view": "heatmap"}, ValueError, r"unknown view 'heatmap'; use one of 'histogram', 'gradients', 'loss'"),
+    ({"scale": "2"}, TypeError, r"scale must be a number such as 0\.5 or 2\.0, got str"),
+    ({"scale": True}, TypeError, r"scale must be a number"),
+])
+def test_a_wrong_mode_view_or_scale_says_what_to_use(mlp, kwargs, error, message):
+    model, x, y = mlp
+    with pytest.raises(error, match=message):
+        hook_toggle(model, x, "fc1", **kwargs)
+    assert len(hooks_on(model)) == 0
+
+
+def test_a_model_that_is_not_a_module_is_refused(mlp):
+    _, x, _ = mlp
+    with pytest.raises(TypeError, match="needs a torch.nn.Module"):
+        hook_toggle(MLP, x, "fc1")
+
+
+def test_text_repr_is_short_deterministic_and_follows_the_state(mlp):
+    model, x, y = mlp
+    toggle = hook_toggle(model, x, "fc1", mode="zero", targets=y)
+    assert repr(toggle) == "HookToggle(fc1, mode='zero', off)"
+    bundle = toggle._repr_mimebundle_()
+    assert bundle["text/plain"] == "HookToggle(fc1, mode='zero', off)"
+    assert "application/vnd.jupyter.widget-view+json" in bundle, "in Lab it renders as a live widget"
+    toggle.value = True
+    assert repr(toggle) == toggle._repr_mimebundle_()["text/plain"] == "HookToggle(fc1, mode='zero', on)"
+    again = hook_toggle(MLP(seed=0), x, "fc1", mode="zero", targets=y)  # a fresh run of the cell
+    assert repr(again) == "HookToggle(fc1, mode='zero', off)"
+    assert not re.search(r"0x[0-9a-f]+|\d{5,}", repr(again))
+
+
+# -- inplace_switch ---------------------------------------------------------------------------
+
+def test_inplace_switch_flips_every_relu_and_shows_the_corrupted_stored_activation(cnn):
+    model, x, _ = cnn
+    switch = inplace_switch(model, x, "features.1")
+    assert repr(switch) == "InplaceSwitch(features.1, inplace=off)"
+    off_png, off_status = png_of(switch.out), plain_text(switch.status.value)
+    assert "ReLUs in place: no" in off_status and "full backward hook: works" in off_status
+    assert not switch.outcome.corrupted and switch.outcome.stored_negative > 0.2
+    switch.value = True
+    assert inplace_modules(model) == ["features.2", "features.5"]
+    on_status = plain_text(switch.status.value)
+    assert "ReLUs in place: yes" in on_status
+    assert "Output 0 of BackwardHookFunction is a view and is being modified inplace" in on_status
+    assert switch.outcome.corrupted and switch.outcome.stored_negative == 0 and switch.outcome.stored_min == 0
+    assert switch.outcome.true_negative > 0.2, "a clone taken at the same moment keeps its negatives"
+    assert png_of(switch.out) != off_png
+    assert repr(switch) == "InplaceSwitch(features.1, inplace=on)"
+    assert len(hooks_on(model)) == 0, "its two hooks are removed before each redraw"
+    switch.value = False
+    assert inplace_modules(model) == [] and png_of(switch.out) == off_png
+
+
+def test_inplace_switch_close_restores_the_flags_and_leaves_no_hooks(cnn):
+    model, x, _ = cnn
+    switch = inplace_switch(model, x)
+    switch.value = True
+    switch.close()
+    assert inplace_modules(model) == [] and len(hooks_on(model)) == 0
+    born_inplace = SmallCNN(inplace=True, seed=0)
+    other = inplace_switch(born_inplace, x)
+    assert other.value is True
+    other.value = False
+    assert inplace_modules(born_inplace) == []
+    other.close()
+    assert inplace_modules(born_inplace) == ["features.2", "features.5"]
+
+
+def test_recreating_an_inplace_switch_restores_the_flags_first(cnn):
+    model, x, _ = cnn
+    first = inplace_switch(model, x)
+    first.value = True
+    second = inplace_switch(model, x)  # the cell run again
+    assert first.closed and second.value is False and inplace_modules(model) == []
+    second.close()
+    assert inplace_modules(model) == []
+
+
+def test_after_the_switch_the_layer_takes_any_kind_of_backward_hook(cnn):
+    model, x, y = cnn
+    switch = inplace_switch(model, x, "features.1")
+    switch.value = True  # the full backward hook failed here
+    switch.value = False
+    layer = model.features[1]
+    assert layer._backward_hooks == {} and len(hooks_on(model)) == 0
+    seen = []
+    handle = layer.register_full_backward_hook(lambda m, gi, go: seen.append(go[0].shape))
+    try:
+        F.cross_entropy(model(x), y).backward()
+    finally:
+        handle.remove()
+    assert seen == [torch.Size([32, 8, 16, 16])]
+    assert all(p.grad is not None for p in model.parameters())
+
+
+def test_inplace_switch_needs_a_module_with_an_inplace_flag():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    with pytest.raises(ValueError, match="has no module with an `inplace` switch"):
+        inplace_switch(model, torch.zeros(2, 4), "0")
+
+
+def test_inplace_switch_leaves_weights_and_buffers_alone(cnn):
+    model, x, _ = cnn
+    before = state(model)
+    switch = inplace_switch(model, x)
+    switch.value = True
+    switch.value = False
+    switch.close()
+    assert_same_state(model, before)
+
+
+# -- HookPanel (06_hook_lab.ipynb) --------------------------------------------------------------
+
+def test_modes_are_the_documented_ones():
+    assert MODES == ("off", "observe", "zero", "scale", "scale_grad")
