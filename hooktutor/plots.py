@@ -60,7 +60,7 @@ def histogram(values: torch.Tensor, *, title: str = "activations", bins: int = 4
     a = axes if ax is not None else axes[0][0]
     a.hist(data.numpy(), bins=bins, color=color)
     zeros = float((data == 0).float().mean()) if data.numel() else 0.0
-    a.set_title(f"{title}  (min {float(data.min()):.2f}, zeros {zeros:.0%})" if data.numel() else title,
+    a.set_title(f"{title}  (min {float(data.min()) + 0.0:.2f}, zeros {zeros:.0%})" if data.numel() else title,
                 fontsize=9)
     a.set_xlabel("value")
     a.set_ylabel("count")
@@ -220,7 +220,7 @@ class LiveHistogram:
         self.ax.set_xlim(lo, hi)
         self.ax.set_ylim(0, max(1.0, float(counts.max()) * 1.05))
         zeros = float((data == 0).mean())
-        self.title.set_text(f"{title}  (min {float(data.min()):.2f}, zeros {zeros:.0%})")
+        self.title.set_text(f"{title}  (min {float(data.min()) + 0.0:.2f}, zeros {zeros:.0%})")
         return _png_of(self.fig)
 
 

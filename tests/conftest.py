@@ -1,14 +1,11 @@
-"""Shared fixtures. Matplotlib draws off-screen in tests; torch uses one thread so the
-library tests behave the same on every machine."""
+"""Shared fixtures. Torch uses one thread so the library tests behave the same on every
+machine. (Matplotlib picks its off-screen backend in hooktutor.plots; no MPLBACKEND here,
+because the notebook kernels nbval starts would inherit it and stop showing figures.)"""
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("MPLBACKEND", "Agg")
-
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 torch.set_num_threads(1)
 

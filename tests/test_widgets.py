@@ -261,7 +261,8 @@ def test_observe_changes_nothing_but_reports_what_it_saw(mlp):
     off_loss = toggle.snapshot.loss
     toggle.value = True
     assert toggle.snapshot.loss == off_loss
-    expected_mean = float(model.fc1(x).mean())
+    with torch.no_grad():
+        expected_mean = float(model.fc1(x).mean())
     assert f"observed mean {expected_mean:.4f}" in toggle.loss_text
     toggle.value = False
     assert "observed" not in toggle.loss_text
@@ -315,6 +316,49 @@ def test_toggling_leaves_weights_buffers_and_grads_alone(request, which, layer):
     toggle.close()
     assert_same_state(model, before)
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_the_loss_is_loss_fn_then_cross_entropy_for_labels_then_the_sum_of_the_output(mlp):
+    model, x, y = mlp
+    with torch.no_grad():
+        out = model(x)
+    plain = hook_toggle(model, x, "fc1", name="a")
+    assert plain.snapshot.loss == pytest.approx(out.sum().item(), rel=1e-5)
+    assert "(sum of output)" in plain.loss_text
+    labels = hook_toggle(model, x, "fc1", targets=y, name="b")
+    assert labels.snapshot.loss == pytest.approx(F.cross_entropy(out, y).item(), abs=1e-6)
+
+    def half_mse(output, target):
+        return 0.5 * F.mse_loss(output, target)
+
+    wanted = torch.ones(32, 3)
+    custom = hook_toggle(model, x, "fc1", targets=wanted, loss_fn=half_mse, name="c")
+    assert custom.snapshot.loss == pytest.approx(half_mse(out, wanted).item(), abs=1e-6)
+    assert "(half_mse)" in custom.loss_text
+
+
+def test_a_model_with_two_inputs_works_and_a_model_returning_a_tuple_shows_the_error():
+    model = ht.models.TwoInputNet(seed=0)
+    a, b = torch.randn(4, 2, generator=torch.Generator().manual_seed(0)), torch.ones(4, 2)
+    toggle = hook_toggle(model, (a, b), "mix", mode="zero", view="loss")
+    toggle.value = True
+    assert toggle.snapshot.loss == pytest.approx(float((10 * b).sum()), abs=1e-5)  # mix(a) zeroed
+    assert len(hooks_on(model)) == 1
+
+    class TwoOutputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(2, 2)
+
+        def forward(self, x):
+            return self.fc(x), x
+
+    bad = TwoOutputs()
+    shown = hook_toggle(bad, a, "fc", name="bad")  # no exception escapes a click or the display
+    assert text_of(shown.out) == "TypeError: the widgets need a model that returns one tensor, got tuple"
+    assert "error: TypeError" in shown.loss_text
+    shown.value = True
+    assert len(hooks_on(bad)) == 1 and "error: TypeError" in shown.loss_text
 
 
 # -- hook_toggle: re-running the cell, closing ---------------------------------------------
@@ -383,7 +427,8 @@ def test_a_misspelt_layer_raises_unknown_layer_error_with_a_suggestion(mlp, cnn)
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"mode": "double"}, ValueError, r"unknown hook mode 'double'; use one of 'observe', 'zero', 'scale', 'scale_grad'"),
+    ({"mode": "double"}, ValueError,
+     r"unknown hook mode 'double'; use one of 'observe', 'zero', 'scale', 'scale_grad'"),
     ({"mode": "off"}, ValueError, r"unknown hook mode 'off'"),
     ({"view": "heatmap"}, ValueError, r"unknown view 'heatmap'; use one of 'histogram', 'gradients', 'loss'"),
     ({"scale": "2"}, TypeError, r"scale must be a number such as 0\.5 or 2\.0, got str"),
@@ -501,3 +546,265 @@ def test_inplace_switch_leaves_weights_and_buffers_alone(cnn):
 
 def test_modes_are_the_documented_ones():
     assert MODES == ("off", "observe", "zero", "scale", "scale_grad")
+
+
+@pytest.fixture
+def cnn_panel(cnn):
+    model, x, y = cnn
+    return HookPanel(model, x, y, name="test-panel"), model, x, y
+
+
+def table_rows(panel) -> list[tuple[str, str, str]]:
+    """The rows of the hook table the panel shows (its HTML), as (module, kind, function)."""
+    body = re.findall(r"<tbody>(.*?)</tbody>", panel.table_html.value, re.S)
+    rows = re.findall(r"<tr>(.*?)</tr>", body[0], re.S) if body else []
+    return [tuple(html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", r, re.S)[:3]) for r in rows]
+
+
+def rows_of(table) -> list[tuple[str, str, str]]:
+    return [(r.path, r.kind, r.function) for r in table]
+
+
+@needs_panel
+def test_panel_has_one_mode_dropdown_per_layer_with_every_mode(cnn_panel):
+    panel, model, _, _ = cnn_panel
+    leaves = [n for n, m in model.named_modules() if n and not list(m.children())]
+    assert list(panel.selectors) == leaves
+    for layer, dd in panel.selectors.items():
+        assert dd.description == layer
+        assert tuple(dd.options) == MODES and dd.value == "off"
+        assert "hooktutor-mode" in dd._dom_classes
+    assert len(hooks_on(model)) == 0 and table_rows(panel) == []
+    assert "0 hooks attached" in panel.table_html.value
+
+
+@needs_panel
+def test_choosing_a_mode_in_the_dropdown_attaches_the_hook_and_updates_the_table(cnn_panel):
+    panel, model, _, _ = cnn_panel
+    loss_before, text_before = panel.snapshot.loss, plain_text(panel.loss_html.value)
+    panel.selectors["features.0"].value = "observe"  # what choosing it on the page does
+    assert rows_of(hooks_on(model)) == [("features.0", "forward", "test-panel.observe")]
+    assert table_rows(panel) == rows_of(list_hooks(model)) == rows_of(panel.table)
+    assert panel.snapshot.loss == loss_before, "observe changes nothing"
+    assert plain_text(panel.loss_html.value) != text_before, "the status names the observed layer"
+    assert "features.0=observe" in plain_text(panel.loss_html.value)
+    panel.selectors["features.4"].value = "zero"
+    assert sorted(table_rows(panel)) == sorted(rows_of(list_hooks(model)))
+    assert len(table_rows(panel)) == 2
+    panel.selectors["features.0"].value = "off"
+    panel.selectors["features.4"].value = "off"
+    assert len(hooks_on(model)) == 0 and table_rows(panel) == []
+    assert panel.snapshot.loss == loss_before
+
+
+@needs_panel
+def test_switching_modes_replaces_the_hook_instead_of_adding_one(cnn_panel):
+    panel, model, _, _ = cnn_panel
+    for mode in ("observe", "zero", "scale", "scale_grad", "zero"):
+        panel.set_mode("features.4", mode)
+        assert len(hooks_on(model)) == 1
+        assert table_rows(panel)[0][2].startswith(f"test-panel.{mode}")
+    assert repr(panel) == "HookPanel(SmallCNN, 8 layers, 1 hooks on)" or \
+        repr(panel) == "HookPanel(SmallCNN, 8 layers, 1 hook on)"
+
+
+@needs_panel
+def test_panel_views_redraw_on_every_change(cnn_panel):
+    panel, model, _, _ = cnn_panel
+    act, grads, loss = png_of(panel.act_out), png_of(panel.grad_out), plain_text(panel.loss_html.value)
+    panel.set_mode("features.0", "scale", scale=0.5)  # the layer the activation view shows
+    assert png_of(panel.act_out) != act
+    assert png_of(panel.grad_out) != grads
+    assert plain_text(panel.loss_html.value) != loss
+    panel.set_mode("features.0", "off")
+    assert png_of(panel.act_out) == act and png_of(panel.grad_out) == grads
+    assert plain_text(panel.loss_html.value) == loss
+    panel.show_layer.value = "features.4"  # the layer selector of the activation view
+    hist = png_of(panel.act_out)
+    assert hist != act
+    panel.show_kind.value = "feature maps"
+    assert png_of(panel.act_out) != hist
+    for out in (panel.act_out, panel.grad_out):
+        assert len(out.outputs) == 1
+
+
+@needs_panel
+@pytest.mark.parametrize("index, mode, factor", [(4, "zero", 0.0), (1, "scale", 0.5), (5, "scale", 2.0)])
+def test_panel_zero_and_scale_change_the_loss_as_computed_by_hand(cnn_panel, index, mode, factor):
+    panel, model, x, y = cnn_panel
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        expected = F.cross_entropy(by_hand_cnn(reference, x, index, factor), y).item()
+    panel.set_mode(f"features.{index}", mode, scale=factor if mode == "scale" else None)
+    assert panel.snapshot.loss == pytest.approx(expected, abs=1e-5)
+    assert f"loss {expected:.4f} (cross-entropy)" in panel.loss_text
+
+
+@needs_panel
+def test_panel_scale_grad_scales_the_gradient_as_autograd_grad_shows(cnn_panel):
+    panel, model, x, y = cnn_panel
+    params = [model.features[0].weight, model.features[4].weight, model.classifier.weight]
+    g_off, norms_off, loss_off = grads_by_hand(model, x, y, params), dict(panel.snapshot.grad_norms), \
+        panel.snapshot.loss
+    panel.set_mode("features.4", "scale_grad", scale=2.0)
+    g_on = grads_by_hand(model, x, y, params)
+    torch.testing.assert_close(g_on[0], 2.0 * g_off[0], rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(g_on[1], 2.0 * g_off[1], rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(g_on[2], g_off[2])
+    assert panel.snapshot.loss == loss_off
+    for name in panel.layers:
+        expected = 2.0 if name in {f"features.{i}" for i in range(5)} else 1.0
+        assert panel.snapshot.grad_norms[name] == pytest.approx(expected * norms_off[name], rel=1e-4), name
+
+
+@needs_panel
+def test_panel_on_the_mlp(mlp):
+    model, x, y = mlp
+    panel = HookPanel(model, x, y, name="test-mlp")
+    assert list(panel.selectors) == ["fc1", "act1", "fc2", "act2", "head"]
+    with torch.no_grad():
+        expected = F.cross_entropy(model.head(model.act2(model.fc2(model.act1(model.fc1(x)) * 0))), y).item()
+    panel.set_mode("act1", "zero")
+    assert panel.snapshot.loss == pytest.approx(expected, abs=1e-6)
+    assert panel.snapshot.grad_norms["fc1"] == 0 and panel.snapshot.grad_norms["head"] > 0
+    assert table_rows(panel) == rows_of(list_hooks(model)) == [("act1", "forward", "test-mlp.zero")]
+    panel.close()
+    assert len(hooks_on(model)) == 0
+
+
+@needs_panel
+def test_panel_layers_argument_limits_the_dropdowns(mlp):
+    model, x, y = mlp
+    panel = HookPanel(model, x, y, layers=["fc1", "head"], name="test-mlp")
+    assert list(panel.selectors) == ["fc1", "head"]
+    with pytest.raises(UnknownLayerError, match="did you mean 'fc2'"):
+        HookPanel(model, x, y, layers=["fc_2"], name="test-mlp")
+    assert not panel.closed, "a failed panel does not close the working one of that name"
+
+
+@needs_panel
+def test_recreating_a_panel_replaces_it_and_close_removes_every_hook(cnn):
+    model, x, y = cnn
+    first = HookPanel(model, x, y, name="lab")
+    first.set_mode("features.0", "zero")
+    first.set_mode("features.4", "scale_grad")
+    assert len(hooks_on(model)) == 2
+    second = HookPanel(model, x, y, name="lab")  # the cell run again
+    assert first.closed and len(hooks_on(model)) == 0
+    first.selectors["features.0"].value = "observe"  # a dead panel attaches nothing
+    assert len(hooks_on(model)) == 0
+    second.set_mode("classifier", "observe")
+    other = HookPanel(MLP(seed=0), *ht.data.blobs(8, seed=0), name="lab-mlp")  # another name: both live
+    other.set_mode("fc1", "zero")
+    assert len(hooks_on(model)) == 1 and len(hooks_on(other.model)) == 1
+    second.close()
+    second.close()
+    assert len(hooks_on(model)) == 0 and len(hooks_on(other.model)) == 1
+    other.close()
+    assert len(hooks_on(other.model)) == 0
+
+
+@needs_panel
+def test_panel_close_restores_the_inplace_flags(cnn_panel):
+    panel, model, _, _ = cnn_panel
+    panel.set_inplace(True)
+    panel.set_mode("features.1", "observe")
+    assert inplace_modules(model) == ["features.2", "features.5"]
+    panel.show_layer.value = "features.1"
+    panel.store.value = "output.detach()"
+    assert float(panel.shown_activation.min()) == 0.0, "the in-place ReLU overwrote the kept tensor"
+    panel.close()
+    assert inplace_modules(model) == [] and len(hooks_on(model)) == 0
+
+
+@needs_panel
+def test_panel_reset_switches_everything_off_and_shows_the_first_views_again(cnn_panel):
+    panel, model, _, _ = cnn_panel
+    act, grads, loss = png_of(panel.act_out), png_of(panel.grad_out), panel.loss_text
+    panel.set_mode("features.0", "zero")
+    panel.set_mode("classifier", "scale", scale=0.5)
+    panel.set_inplace(True)
+    panel.show_layer.value = "features.4"
+    panel.reset()
+    assert len(hooks_on(model)) == 0 and set(panel.modes.values()) == {"off"}
+    assert inplace_modules(model) == [] and panel.show_layer.value == "features.0"
+    assert (png_of(panel.act_out), png_of(panel.grad_out), panel.loss_text) == (act, grads, loss)
+
+
+@needs_panel
+def test_panel_leaves_weights_buffers_and_grads_alone(cnn_panel):
+    panel, model, _, _ = cnn_panel
+    before = state(model)
+    for mode in ("zero", "scale", "scale_grad", "off"):
+        panel.set_mode("features.1", mode)
+    panel.close()
+    assert_same_state(model, before)
+    assert all(p.grad is None for p in model.parameters())
+
+
+@needs_panel
+def test_panel_errors_say_what_was_wrong(cnn_panel):
+    panel, model, _, _ = cnn_panel
+    with pytest.raises(UnknownLayerError, match=r"'features\.9' is not a module of SmallCNN; did you mean"):
+        panel.set_mode("features.9", "zero")
+    with pytest.raises(ValueError, match=r"'features' is not one of this panel's layers: features\.0"):
+        panel.set_mode("features", "zero")
+    with pytest.raises(ValueError, match=r"unknown hook mode 'zap'; use one of 'off', 'observe'"):
+        panel.set_mode("features.0", "zap")
+    with pytest.raises(TypeError, match="scale must be a number"):
+        panel.set_mode("features.0", "scale", scale="big")
+    with pytest.raises(TypeError, match="needs a torch.nn.Module"):
+        HookPanel("model", None)
+    assert len(hooks_on(model)) == 0 and all(m == "off" for m in panel.modes.values())
+
+
+@needs_panel
+@pytest.mark.parametrize("scale", [10.0, -1.0])
+def test_panel_never_silently_uses_another_scale_than_asked(cnn_panel, scale):
+    # set_mode(..., scale=s) must either use s or refuse it with an error; the scale slider
+    # (0 to 4) must not quietly clamp it.
+    panel, model, x, y = cnn_panel
+    reference = copy.deepcopy(model)
+    with torch.no_grad():
+        expected = F.cross_entropy(by_hand_cnn(reference, x, 5, scale), y).item()
+    try:
+        panel.set_mode("features.5", "scale", scale=scale)
+    except (ValueError, TypeError):
+        return
+    assert panel.snapshot.loss == pytest.approx(expected, abs=1e-5), \
+        f"asked for scale {scale}, the hook uses {panel.scale_slider.value}"
+
+
+@needs_panel
+def test_panel_text_repr_is_short_and_deterministic(cnn):
+    model, x, y = cnn
+    panel = HookPanel(model, x, y, name="lab")
+    assert repr(panel) == panel._repr_mimebundle_()["text/plain"] == "HookPanel(SmallCNN, 8 layers, 0 hooks on)"
+    assert "application/vnd.jupyter.widget-view+json" in panel._repr_mimebundle_()
+    again = HookPanel(SmallCNN(seed=0), x, y, name="lab")
+    assert repr(again) == "HookPanel(SmallCNN, 8 layers, 0 hooks on)"
+
+
+# -- the latency benchmark measures real work ----------------------------------------------------
+
+def test_the_latency_benchmark_toggles_every_widget_and_each_toggle_redraws():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "widget_latency.py"
+    spec = importlib.util.spec_from_file_location("widget_latency", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    cases = bench._cases()
+    assert any(label.startswith("hook_toggle") for label, _ in cases)
+    assert any(label.startswith("HookPanel") for label, _ in cases) == (HookPanel is not None)
+    for _label, make in cases:
+        flip, redrawn, close = make()
+        try:
+            samples = bench._time_toggles(flip, redrawn, repeats=2, warmup=0)  # raises if nothing redrew
+        finally:
+            close()
+        assert len(samples) == 2 and all(s > 0 for s in samples)
+    rows = [("b", 50.0, 60.0), ("a", 120.0, 130.0)]
+    text = bench.table(rows, quick=True)
+    assert re.search(r"median.*?(\d+(?:\.\d+)?)\s*ms", text).group(1) == "50.0"  # what benchmarks/run.py reads
+    assert "goal met: NO" in text

@@ -61,13 +61,13 @@ class HookPanel(HookWidget):
     kind = "HookPanel"
 
     def __init__(self, model: nn.Module, inputs: Any, targets: Any = None, *, loss_fn: Any = None,
-                 layers: LayerSpec = None, name: str = "panel", scale: float = 2.0):
+                 layers: LayerSpec = None, name: str | None = None, scale: float = 2.0):
         check_model(model, "HookPanel")
         chosen = [n for n, _ in select_layers(model, layers, func="HookPanel") if n]
         if not chosen:
             raise ValueError(f"{type(model).__name__} has no submodule to put hooks on")
         scale = check_scale(scale)
-        super().__init__(name)
+        super().__init__(name or f"HookPanel:{type(model).__name__}")
         self.model, self.inputs, self.targets, self.loss_fn = model, inputs, targets, loss_fn
         self.layers = chosen
         self.modules = {n: get_layer(model, n) for n in chosen}
@@ -89,7 +89,8 @@ class HookPanel(HookWidget):
             dd.add_class("hooktutor-mode")
             dd.observe(lambda change, layer=layer: self._on_mode(layer, change["new"]), names="value")
             self.selectors[layer] = dd
-        self.scale_slider = w.FloatSlider(value=scale, min=0.0, max=4.0, step=0.25, description="scale",
+        self.scale_slider = w.FloatSlider(value=scale, min=min(0.0, scale), max=max(4.0, scale), step=0.25,
+                                          description="scale",
                                           style={"description_width": "110px"}, layout=w.Layout(width="280px"))
         self.scale_slider.add_class("hooktutor-scale")
         self.scale_slider.observe(self._on_scale, names="value")
@@ -158,7 +159,11 @@ class HookPanel(HookWidget):
             self.refresh()
 
     def set_mode(self, layer: str, mode: str, scale: float | None = None) -> None:
-        """Switch ``layer``'s hook to ``mode`` (and the scale), exactly as the controls do."""
+        """Switch ``layer``'s hook to ``mode`` (and the scale), exactly as the controls do.
+
+        The panel has one scale, shared by every layer in a ``scale`` or ``scale_grad`` mode:
+        changing it re-attaches those hooks with the new factor.
+        """
         if layer not in self.selectors:
             get_layer(self.model, layer)  # a helpful error for a misspelt name
             raise ValueError(f"{layer!r} is not one of this panel's layers: {', '.join(self.layers)}")
@@ -166,7 +171,10 @@ class HookPanel(HookWidget):
         self._quiet = True
         try:
             if scale is not None:
-                self.scale_slider.value = check_scale(scale)
+                scale = check_scale(scale)
+                slider = self.scale_slider  # widen the slider rather than clamp the value silently
+                slider.min, slider.max = min(slider.min, scale), max(slider.max, scale)
+                slider.value = scale
             self.selectors[layer].value = mode
         finally:
             self._quiet = False
@@ -235,7 +243,7 @@ class HookPanel(HookWidget):
 
     def _short(self) -> str:
         n = sum(1 for m in self.modes.values() if m != "off")
-        return f"HookPanel({type(self.model).__name__}, {len(self.layers)} layers, {n} hooks on)"
+        return f"HookPanel({type(self.model).__name__}, {len(self.layers)} layers, {n} hook{'s' if n != 1 else ''} on)"
 
     def __repr__(self) -> str:
         return self._short()

@@ -29,8 +29,10 @@ class HookToggle(HookWidget):
     kind = "HookToggle"
 
     def __init__(self, model: nn.Module, inputs: Any, layer: str, *, mode: str = "zero", scale: float = 2.0,
-                 targets: Any = None, loss_fn: Any = None, view: str = "histogram", name: str | None = None):
+                 targets: Any = None, loss_fn: Any = None, view: str | None = None, name: str | None = None):
         check_model(model, "hook_toggle")
+        if view is None:  # the view where the mode's effect shows
+            view = "gradients" if mode == "scale_grad" else "histogram"
         self.module = get_layer(model, layer)
         check_mode(mode, allow_off=False)
         scale = check_scale(scale)
@@ -108,7 +110,7 @@ class HookToggle(HookWidget):
 
 
 def hook_toggle(model: nn.Module, inputs: Any, layer: str, *, mode: str = "zero", scale: float = 2.0,
-                targets: Any = None, loss_fn: Any = None, view: str = "histogram",
+                targets: Any = None, loss_fn: Any = None, view: str | None = None,
                 name: str | None = None) -> HookToggle:
     """A checkbox that attaches (ticked) or removes (unticked) ONE hook on ONE layer, and a
     view redrawn after every click. The last expression of a cell displays it.
@@ -116,7 +118,8 @@ def hook_toggle(model: nn.Module, inputs: Any, layer: str, *, mode: str = "zero"
     ``mode``: ``"observe"``, ``"zero"``, ``"scale"`` (forward hooks; the last two replace the
     output) or ``"scale_grad"`` (a tensor hook on the layer's output scaling the gradient
     flowing back). ``view``: ``"histogram"`` (the layer's output), ``"gradients"`` (gradient
-    norm per layer) or ``"loss"``. The loss is ``loss_fn(output, targets)``, cross-entropy
+    norm per layer) or ``"loss"``; by default ``"gradients"`` for ``scale_grad``, else
+    ``"histogram"``. The loss is ``loss_fn(output, targets)``, cross-entropy
     when only ``targets`` is given, or the sum of the output. Set ``toggle.value`` from code
     to click it; ``toggle.close()`` removes the hook. Its hooks live in the
     :class:`hooktutor.HookSet` called ``name`` (default ``hook_toggle:<Model>:<layer>``), so

@@ -1,0 +1,350 @@
+"""JupyterLab in headless Chromium, for the browser tests of the widgets.
+
+One Lab server per test session (on 127.0.0.1, a free port, a random token, a temporary
+root folder holding copies of the notebooks under test, every Jupyter/IPython/matplotlib
+folder pointed into that temporary tree, Lab's news and update checks off), one Chromium
+(Debian's ``/usr/bin/chromium`` driven by the ``playwright`` package, never a downloaded
+browser) and a fresh browser page per test. A failing test leaves a screenshot in
+``test-artifacts/``. Server and browser are shut down by finalizers, also after a failure.
+
+Without Chromium or playwright the tests are skipped with a hint, except when the
+environment variable ``CI`` is set (and not ``false``/``0``): then they fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]
+ENABLE_HINT = ("to run the browser tests install Debian's Chromium (`sudo apt-get install chromium`) and the "
+               "Python package playwright (`pip install playwright`; never `playwright install`)")
+
+# Lab settings for a quiet, predictable page: no news or update checks (no network), every
+# cell attached to the page (no windowing), no dialog asking which kernel to start.
+SETTINGS_OVERRIDES = {
+    "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False,
+                                                    "doNotDisturbMode": True},
+    "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
+    "@jupyterlab/docmanager-extension:plugin": {"autosave": False},
+}
+
+
+UNUSED_SERVER_EXTENSIONS = ("nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list",
+                            "nbgrader.server_extensions.formgrader",
+                            "nbgrader.server_extensions.validate_assignment", "jupyter_lsp")
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "false", "0")
+
+
+def unavailable(reason: str) -> None:
+    """Skip (on a learner's machine) or fail (in CI) because the browser tooling is missing."""
+    message = f"{reason}; {ENABLE_HINT}"
+    if in_ci():
+        pytest.fail(f"CI is set, so the browser tests must run: {message}", pytrace=False)
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- the Lab server -----------------------------------------------------------------------
+
+@dataclass
+class Lab:
+    base: str  # http://127.0.0.1:PORT
+    token: str
+    root: Path  # the server's root_dir (copies of the notebooks live here)
+    log: Path
+
+    def url(self, path: str) -> str:
+        sep = "&" if "?" in path else "?"
+        return f"{self.base}{path}{sep}token={self.token}"
+
+    def api(self, method: str, path: str) -> object:
+        req = urllib.request.Request(self.url(path), method=method)
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            body = resp.read()
+        return json.loads(body) if body else None
+
+    def delete_sessions(self) -> None:
+        """Shut down every kernel session, so the next notebook opened starts a fresh kernel."""
+        for session in self.api("GET", "/api/sessions") or []:
+            with contextlib.suppress(urllib.error.HTTPError):
+                self.api("DELETE", f"/api/sessions/{session['id']}")
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+def _environment(tmp: Path) -> dict[str, str]:
+    dirs = {name: tmp / sub for name, sub in [
+        ("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "runtime"),
+        ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
+        ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "matplotlib")]}
+    for d in dirs.values():
+        d.mkdir(parents=True, exist_ok=True)
+    labconfig = dirs["JUPYTER_CONFIG_DIR"] / "labconfig"
+    labconfig.mkdir()
+    (labconfig / "default_setting_overrides.json").write_text(json.dumps(SETTINGS_OVERRIDES))
+    (labconfig / "page_config.json").write_text(json.dumps({"disabledExtensions": {"@jupyter/nbgrader": True}}))
+    (dirs["JUPYTER_CONFIG_DIR"] / "jupyter_server_config.json").write_text(json.dumps({
+        "LabApp": {"news_url": None,
+                   "check_for_updates_class": "jupyterlab.handlers.announcements.NeverCheckForUpdate"},
+        # only what the tests need: no nbgrader or language-server extensions
+        "ServerApp": {"jpserver_extensions": dict.fromkeys(UNUSED_SERVER_EXTENSIONS, False)},
+    }))
+    env = {**os.environ, **{k: str(v) for k, v in dirs.items()}}
+    env.pop("MPLBACKEND", None)  # the kernel's own default (inline), not the tests' Agg
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])))
+    env.pop("JUPYTER_PATH", None)
+    return env
+
+
+def _stop(proc: subprocess.Popen, lab: Lab | None) -> None:
+    """Shut the server down cleanly (it stops its kernels), then make sure it is gone."""
+    if proc.poll() is None and lab is not None:
+        with contextlib.suppress(Exception):
+            lab.delete_sessions()
+        with contextlib.suppress(Exception):
+            lab.api("POST", "/api/shutdown")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+    if proc.poll() is None:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # its own process group: any kernel it left behind
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """A JupyterLab server for the whole session; notebooks are copied into ``lab.root``."""
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        unavailable("jupyterlab is not installed")
+    tmp = tmp_path_factory.mktemp("lab")
+    root = tmp / "root"
+    root.mkdir()
+    env = _environment(tmp)
+    port, token = free_port(), secrets.token_hex(16)
+    log = tmp / "lab.log"
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+           "--ServerApp.port_retries=0", "--allow-root", f"--IdentityProvider.token={token}",
+           f"--ServerApp.root_dir={root}"]
+    with open(log, "wb") as log_file:
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    server = Lab(f"http://127.0.0.1:{port}", token, root, log)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"JupyterLab exited with code {proc.returncode}:\n{server.log_tail()}", pytrace=False)
+            try:
+                server.api("GET", "/api/status")
+                break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"JupyterLab did not answer within 60 s:\n{server.log_tail()}", pytrace=False)
+                time.sleep(0.2)
+        yield server
+    finally:
+        _stop(proc, server)
+
+
+# -- the browser ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (Debian's), driven by playwright's sync API."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        unavailable("the Python package playwright is not installed")
+    if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        unavailable(f"{CHROMIUM} is missing")
+    pw = sync_playwright().start()
+    try:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+    finally:
+        pw.stop()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture
+def page(browser, lab, request):
+    """A fresh page (own context) on a server with no kernel running; a screenshot on failure.
+    (The next test's page, or the server's shutdown, stops this test's kernel.)"""
+    lab.delete_sessions()
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context.set_default_timeout(15_000)
+    pg = context.new_page()
+    try:
+        yield pg
+    finally:
+        report = getattr(request.node, "rep_call", None)
+        if report is None or report.failed:
+            ARTIFACTS.mkdir(exist_ok=True)
+            name = re.sub(r"[^\w.-]+", "_", request.node.name)
+            with contextlib.suppress(Exception):
+                pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+                print(f"screenshot: {ARTIFACTS / f'{name}.png'}")
+        with contextlib.suppress(Exception):
+            context.close()
+
+
+# -- driving a notebook ------------------------------------------------------------------------
+
+def write_notebook(lab: Lab, name: str, cells: list[str]) -> str:
+    """Write a notebook of code ``cells`` (no outputs) into the server's root; return its name."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(code) for code in cells]
+    nbformat.write(nb, lab.root / name)
+    return name
+
+
+def copy_notebook(lab: Lab, source: Path, *, extra_cells: list[str] = ()) -> str:
+    """Copy ``source`` into the server's root without its outputs (Run All makes them), with
+    ``extra_cells`` appended; return its name."""
+    import nbformat
+
+    nb = nbformat.read(source, as_version=4)
+    for code in extra_cells:
+        nb.cells.append(nbformat.v4.new_code_cell(code))
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nbformat.write(nb, lab.root / source.name)
+    return source.name
+
+
+CURRENT = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook tab on show
+
+
+def open_notebook(page, lab: Lab, name: str) -> None:
+    """Open ``name`` in Lab and wait until its kernel is connected and idle."""
+    page.goto(lab.url(f"/lab/tree/{name}?reset"))  # ?reset: no tab of an earlier test comes back
+    page.locator(CURRENT + " .jp-Notebook").wait_for(state="visible", timeout=60_000)
+    wait_idle(page, timeout=60_000)
+
+
+def wait_idle(page, timeout: float = 60_000) -> None:
+    """The status bar reads ``... | Idle`` (the kernel is connected and not busy)."""
+    page.get_by_text(re.compile(r"\|\s*Idle\s*$")).first.wait_for(state="visible", timeout=timeout)
+
+
+def run_all(page, timeout: float = 90_000) -> None:
+    """Run > Run All Cells, then wait until every code cell has its execution count."""
+    page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Run\s*$")).click()
+    page.locator(".lm-Menu-item:visible", has_text=re.compile(r"^\s*Run All Cells\s*$")).click()
+    page.wait_for_function(
+        """() => {
+            const prompts = [...document.querySelectorAll(
+                '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
+            return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
+        }""",
+        timeout=timeout,
+    )
+    wait_idle(page, timeout=timeout)
+
+
+def assert_no_errors(page) -> None:
+    """No cell printed an error or anything to stderr (Lab shows both with this mime type)."""
+    errors = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+    texts = errors.all_inner_texts()
+    assert not texts, "the notebook printed errors:\n" + "\n---\n".join(t[:800] for t in texts)
+
+
+def run_cell(page, containing: str) -> None:
+    """Select the code cell whose source contains ``containing`` and run it (Shift+Enter)."""
+    cell = page.locator(CURRENT + " .jp-CodeCell", has=page.locator(".jp-InputArea-editor",
+                                                                      has_text=containing)).first
+    cell.locator(".jp-InputPrompt").click()
+    page.keyboard.press("Shift+Enter")
+
+
+# The probe cell appended to each notebook under test: a button that prints
+# hooktutor.list_hooks(<model>) on the page (with a click counter), so a test can compare what
+# a widget shows with what the kernel really has attached.
+PROBE = """\
+import ipywidgets as _probe_widgets
+
+import hooktutor as _probe_ht
+
+_probe_out = _probe_widgets.Output()
+_probe_out.add_class("test-probe-out")
+_probe_button = _probe_widgets.Button(description="probe hooks")
+_probe_button.add_class("test-probe")
+_probe_clicks = []
+
+
+def _probe(_):
+    _probe_clicks.append(1)
+    text = f"probe {{len(_probe_clicks)}}\\n{{_probe_ht.list_hooks({model})!r}}"
+    _probe_out.outputs = ({{"output_type": "stream", "name": "stdout", "text": text}},)
+
+
+_probe_button.on_click(_probe)
+_probe_widgets.VBox([_probe_button, _probe_out])"""
+
+
+class Probe:
+    """Clicks the probe button and reads back ``list_hooks`` as (module, kind, function) rows."""
+
+    def __init__(self, page):
+        self.page, self.clicks = page, 0
+
+    def __call__(self) -> list[tuple[str, ...]]:
+        from playwright.sync_api import expect
+
+        out = self.page.locator(".test-probe-out")
+        self.page.locator(".test-probe").click()
+        self.clicks += 1
+        expect(out).to_contain_text(f"probe {self.clicks}", timeout=5_000)
+        lines = out.inner_text().strip().splitlines()
+        assert "attached to" in lines[1], lines
+        return [tuple(line.split()[:3]) for line in lines[3:]]  # after the counter, title and header
