@@ -179,7 +179,8 @@ def plot(results: dict, path: Path) -> None:
             if hook_axes:
                 ax.set_yticklabels([])
             else:
-                ax.set_yticklabels([LABELS[c].replace(" (", "\n(").replace(", grads", ",\ngrads") for c in configs], fontsize=7)
+                labels = [LABELS[c].replace(" (", "\n(").replace(", grads", ",\ngrads") for c in configs]
+                ax.set_yticklabels(labels, fontsize=7)
             hook_axes.append(ax)
             ax.invert_yaxis()
             ax.axvline(1.0, color="black", linewidth=0.8)

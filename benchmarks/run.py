@@ -84,7 +84,8 @@ def widget_latency(python: str, quick: bool) -> dict:
     for line in lines:  # else the first "... median ... 12.3 ms" line
         hit = re.search(r"median.*?(\d+(?:\.\d+)?)\s*ms", line, re.IGNORECASE)
         if hit:
-            found.update(ms=float(hit.group(1)), what=line.strip())
+            label = line[:hit.start()].strip() or "median"
+            found.update(ms=float(hit.group(1)), what=f"median, slowest widget: {label}")
             return found
     found["note"] = "widget_latency.py printed no median in ms; its output is shown above."
     return found

@@ -7,8 +7,11 @@ ipywidgets is imported on first use, so ``import hooktutor.widgets`` stays light
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
+import torch
 from torch import nn
 
 from ..registry import HookSet
@@ -46,6 +49,32 @@ def call_model(model: nn.Module, inputs: Any):
     if isinstance(inputs, (tuple, list)):
         return model(*inputs)
     return model(inputs)
+
+
+@contextmanager
+def buffers_kept(model: nn.Module) -> Iterator[None]:
+    """Restore the model's buffers after the block (BatchNorm statistics must not drift per click)."""
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for b, value in saved:
+                b.copy_(value)
+
+
+def checkbox_view(description: str, value: bool, css: str, *, side_by_side: bool) -> tuple[Any, Any, Any, Any]:
+    """The parts of a one-checkbox widget: ``(checkbox, status HTML, view Output, container)``."""
+    w = ipw()
+    checkbox = w.Checkbox(value=value, description=description, indent=False, layout=w.Layout(width="auto"))
+    status = w.HTML()
+    out = w.Output(layout=w.Layout(min_height="40px"))
+    checkbox.add_class("hooktutor-toggle")
+    status.add_class("hooktutor-status")
+    out.add_class("hooktutor-view")
+    box = w.VBox([w.HBox([checkbox, status]), out] if side_by_side else [checkbox, status, out])
+    box.add_class(css)
+    return checkbox, status, out, box
 
 
 def reset_full_backward_flag(module: nn.Module) -> None:

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..capture import RecordNotFound, capture
-from ._base import call_model
+from ._base import buffers_kept, call_model
 
 
 @dataclass
@@ -62,11 +62,10 @@ def run(model: nn.Module, inputs: Any, targets: Any = None, loss_fn: Any = None,
     """Run ``model`` once; return the loss, the outputs of ``keep`` and the gradient norm
     (w.r.t. each layer's output) of every layer in ``layers``."""
     snap = Snapshot()
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     params = [p for p in model.parameters() if p.requires_grad]
     watched = list(dict.fromkeys([*layers, *keep]))
     try:
-        with torch.enable_grad(), capture(model, watched, grads=grads and bool(params)) as rec:
+        with buffers_kept(model), torch.enable_grad(), capture(model, watched, grads=grads and bool(params)) as rec:
             output = call_model(model, inputs)
             if not isinstance(output, torch.Tensor):
                 raise TypeError(f"the widgets need a model that returns one tensor, got {type(output).__name__}")
@@ -92,8 +91,4 @@ def run(model: nn.Module, inputs: Any, targets: Any = None, loss_fn: Any = None,
                     snap.grad_norms[name] = float(g.norm())
     except (RuntimeError, ValueError, TypeError) as exc:
         snap.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    finally:
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
     return snap

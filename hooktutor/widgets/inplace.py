@@ -22,7 +22,7 @@ from torch import nn
 
 from ..models import inplace_modules, set_inplace
 from ..selection import check_model, get_layer
-from ._base import HookWidget, call_model, ipw, reset_full_backward_flag
+from ._base import HookWidget, buffers_kept, call_model, checkbox_view, reset_full_backward_flag
 from ._render import PngView, show_activation
 
 
@@ -57,7 +57,6 @@ def _first_line(exc: BaseException) -> str:
 def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, torch.Tensor]:
     """Run the two hooks of the widget once; return the outcome and the stored tensor."""
     module = get_layer(model, layer)
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     kept: dict[str, torch.Tensor] = {}
 
     def naive(mod: nn.Module, args: tuple, output: torch.Tensor) -> None:
@@ -67,7 +66,7 @@ def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, to
     naive.__qualname__ = "inplace_switch.naive_store"
     handle = module.register_forward_hook(naive)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), buffers_kept(model):
             call_model(model, inputs)
     finally:
         handle.remove()
@@ -75,7 +74,7 @@ def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, to
     bhandle = module.register_full_backward_hook(lambda m, gi, go: None)
     params = [p for p in model.parameters() if p.requires_grad]
     try:
-        with torch.enable_grad(), warnings.catch_warnings():
+        with torch.enable_grad(), warnings.catch_warnings(), buffers_kept(model):
             warnings.simplefilter("ignore")  # "Full backward hook is firing ..." on a first layer
             out = call_model(model, inputs)
             torch.autograd.grad(out.sum(), params, allow_unused=True)  # leaves every .grad alone
@@ -84,9 +83,6 @@ def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, to
     finally:
         bhandle.remove()
         reset_full_backward_flag(module)
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
     stored, copy = kept["stored"], kept["copy"]
     outcome = InplaceOutcome(
         inplace=bool(inplace_modules(model)),
@@ -112,17 +108,10 @@ class InplaceSwitch(HookWidget):
                           if isinstance(getattr(m, "inplace", None), bool)}
         self.model, self.inputs, self.layer = model, inputs, layer
         self.outcome: InplaceOutcome | None = None
-        w = ipw()
-        self.checkbox = w.Checkbox(value=bool(inplace_modules(model)), description="ReLUs in place (inplace=True)",
-                                   indent=False, layout=w.Layout(width="auto"))
-        self.status = w.HTML()
-        self.out = w.Output(layout=w.Layout(min_height="40px"))
-        self.checkbox.add_class("hooktutor-toggle")
-        self.status.add_class("hooktutor-status")
-        self.out.add_class("hooktutor-view")
+        self.checkbox, self.status, self.out, self.widget = checkbox_view(
+            "ReLUs in place (inplace=True)", bool(inplace_modules(model)), "hooktutor-inplace-switch",
+            side_by_side=False)
         self._view = PngView(self.out)
-        self.widget = w.VBox([self.checkbox, self.status, self.out])
-        self.widget.add_class("hooktutor-inplace-switch")
         self.checkbox.observe(self._on_change, names="value")
         self.refresh()
 

@@ -19,7 +19,7 @@ from torch import nn
 from ..inventory import HookTable, list_hooks
 from ..models import inplace_modules, set_inplace
 from ..selection import LayerSpec, check_model, get_layer, select_layers
-from ._base import HookWidget, call_model, ipw
+from ._base import HookWidget, buffers_kept, call_model, ipw
 from ._compute import Snapshot, run
 from ._modes import MODES, attach, check_mode, check_scale
 from ._render import PngView, show_activation, show_gradients
@@ -36,16 +36,12 @@ def _stored_without_copy(model: nn.Module, inputs: Any, module: nn.Module) -> to
         if isinstance(output, torch.Tensor):
             kept.append(output.detach())
 
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     handle = module.register_forward_hook(naive)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), buffers_kept(model):
             call_model(model, inputs)
     finally:
         handle.remove()
-        with torch.no_grad():
-            for b, saved in buffers:
-                b.copy_(saved)
     return kept[-1] if kept else None
 
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..inventory import list_hooks
 from ..selection import check_model, get_layer, select_layers
-from ._base import HookWidget, ipw
+from ._base import HookWidget, checkbox_view
 from ._compute import Snapshot, run
 from ._modes import DESCRIPTIONS, attach, check_mode, check_scale
 from ._render import PngView, show_activation, show_gradients
@@ -46,18 +46,10 @@ class HookToggle(HookWidget):
         self.snapshot = Snapshot()
         self.loss_text = ""
 
-        w = ipw()
         what = DESCRIPTIONS[mode] + (f" x{scale:g}" if mode in ("scale", "scale_grad") else "")
-        self.checkbox = w.Checkbox(value=False, description=f"{what} of {layer}", indent=False,
-                                   layout=w.Layout(width="auto"))
-        self.status = w.HTML()
-        self.out = w.Output(layout=w.Layout(min_height="40px"))
-        self.checkbox.add_class("hooktutor-toggle")
-        self.status.add_class("hooktutor-status")
-        self.out.add_class("hooktutor-view")
+        self.checkbox, self.status, self.out, self.widget = checkbox_view(
+            f"{what} of {layer}", False, "hooktutor-hook-toggle", side_by_side=True)
         self._view = PngView(self.out)
-        self.widget = w.VBox([w.HBox([self.checkbox, self.status]), self.out])
-        self.widget.add_class("hooktutor-hook-toggle")
         self.checkbox.observe(self._on_change, names="value")
         self.refresh()
 
