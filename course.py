@@ -111,6 +111,9 @@ def cmd_lab(args: list[str]) -> int:
 def cmd_test(args: list[str]) -> int:
     python = ensure_env()
     say("running the library tests, every notebook under strict nbval, and the browser tests")
+    if not any(a == "-n" or a.startswith("-n") or a.startswith("--numprocesses") for a in args):
+        # one worker per core; a notebook (all its cells) or a test file stays on one worker
+        args = ["-n", "auto", "--dist", "loadfile", *args]
     return run([python, "-m", "pytest", *args])
 
 

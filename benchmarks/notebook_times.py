@@ -40,7 +40,7 @@ def execute_in_memory(path: Path, timeout: int = 300) -> dict:
     t0 = time.perf_counter()
     nb = nbformat.read(path, as_version=4)
     started: list[float] = []
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", shutdown_kernel="immediate",
                             resources={"metadata": {"path": str(path.parent)}},
                             on_notebook_start=lambda **kw: started.append(time.perf_counter()))
     client.execute()
@@ -83,7 +83,10 @@ def measure_suite(*, python: str = sys.executable, timeout: float = 3600) -> dic
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]
     summary = next((ln.strip("= ").strip() for ln in reversed(lines)
                     if re.search(r"\b(passed|failed|error)", ln)), lines[-1] if lines else "")
-    return {"seconds": wall, "cpu_s": cpu, "returncode": proc.returncode, "summary": summary}
+    failed = [ln.split(" - ")[0].removeprefix("FAILED ").removeprefix("ERROR ").strip()
+              for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
+    return {"seconds": wall, "cpu_s": cpu, "returncode": proc.returncode, "summary": summary,
+            "failed": failed}
 
 
 if __name__ == "__main__":

@@ -141,6 +141,12 @@ def markdown(results: dict) -> str:
     if suite:
         out += ["", "## Test suite", "",
                 f"`python -m pytest -q`: {suite['seconds']:.0f} s wall time ({suite['summary']})."]
+        if suite.get("failed"):
+            shown = suite["failed"][:15]
+            more = len(suite["failed"]) - len(shown)
+            out += ["", "Failed in this run:", "", *(f"- `{t}`" for t in shown)]
+            if more > 0:
+                out.append(f"- ... and {more} more")
     widget = results.get("widget")
     if widget:
         out += ["", "## Widget latency", ""]

@@ -19,14 +19,12 @@ the numbers as a dict for use from Python.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-os.environ.setdefault("MPLBACKEND", "Agg")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's hooktutor
 
 GOAL_MS = 100.0

@@ -31,7 +31,8 @@ def execute(path: str | Path, *, timeout: int = 300) -> None:
 
     path = Path(path).resolve()
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    # "immediate": a graceful kernel shutdown waits seconds for torch and matplotlib to unload
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", shutdown_kernel="immediate",
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
     normalise(nb)

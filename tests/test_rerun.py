@@ -62,7 +62,7 @@ def run_cells(client: NotebookClient, cells: list) -> list:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
 def test_notebook_twice_in_one_kernel_gives_the_same_outputs(path):
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=120, kernel_name="python3",
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", shutdown_kernel="immediate",
                             resources={"metadata": {"path": str(path.parent)}})
     subs = sanitizers()
     with client.setup_kernel():
