@@ -103,9 +103,10 @@ def notebooks() -> list[Path]:
 def cmd_lab(args: list[str]) -> int:
     ensure_env()
     say("starting JupyterLab on notebooks/ (open the URL printed below; Ctrl-C stops it)")
+    extra = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers, CI
     return run([venv_bin("jupyter"), "lab", "--no-browser", "--ip=127.0.0.1",
                 f"--ServerApp.root_dir={NOTEBOOKS}",
-                "--LabApp.default_url=/lab/tree/00_start_here.ipynb", *args])
+                "--LabApp.default_url=/lab/tree/00_start_here.ipynb", *extra, *args])
 
 
 def cmd_test(args: list[str]) -> int:

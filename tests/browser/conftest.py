@@ -262,23 +262,50 @@ def copy_notebook(lab: Lab, source: Path, *, extra_cells: list[str] = ()) -> str
     return source.name
 
 
-CURRENT = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook tab on show
+CURRENT = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook tab on show (Lab or Notebook 7)
 
 
-def open_notebook(page, lab: Lab, name: str) -> None:
-    """Open ``name`` in Lab and wait until its kernel is connected and idle."""
-    page.goto(lab.url(f"/lab/tree/{name}?reset"))  # ?reset: no tab of an earlier test comes back
+def open_notebook(page, lab: Lab, name: str, *, app: str = "lab") -> None:
+    """Open ``name`` in JupyterLab (``app="lab"``) or in Notebook 7 (``app="notebook"``, the
+    same server's ``/notebooks/`` page) and wait until its kernel is connected and idle."""
+    if app == "lab":
+        page.goto(lab.url(f"/lab/tree/{name}?reset"))  # ?reset: no tab of an earlier test comes back
+    elif app == "notebook":
+        page.goto(lab.url(f"/notebooks/{name}"))
+    else:
+        raise ValueError(f"app={app!r}: use 'lab' (JupyterLab) or 'notebook' (Notebook 7)")
     page.locator(CURRENT + " .jp-Notebook").wait_for(state="visible", timeout=60_000)
     wait_idle(page, timeout=60_000)
 
 
+# Notebook 7 has no status bar. Its kernel status label (top right) stays blank and unstyled
+# until the kernel first reports a status; once it reported busy or idle the label is blank
+# with only the fade class (while starting or connecting it reads "Kernel Starting", ...
+# with the info class). The toolbar's execution indicator then says whether it is idle: on
+# its own it reads idle before the kernel is connected.
+NOTEBOOK7_IDLE = """() => {
+    const label = document.querySelector('.jp-NotebookKernelStatus');
+    const indicator = document.querySelector('.jp-NotebookPanel .jp-Notebook-ExecutionIndicator');
+    if (!label || !indicator) return false;
+    const connected = label.classList.contains('jp-NotebookKernelStatus-fade')
+        && !['info', 'warn', 'error'].some(c => label.classList.contains('jp-NotebookKernelStatus-' + c))
+        && label.textContent.trim() === '';
+    return connected && indicator.dataset.status === 'idle';
+}"""
+
+
 def wait_idle(page, timeout: float = 60_000) -> None:
-    """The status bar reads ``... | Idle`` (the kernel is connected and not busy)."""
+    """The kernel is connected and not busy: Lab's status bar reads ``... | Idle``; on a
+    Notebook 7 page (``/notebooks/...``) see ``NOTEBOOK7_IDLE``."""
+    if "/notebooks/" in page.url:
+        page.wait_for_function(NOTEBOOK7_IDLE, timeout=timeout)
+        return
     page.get_by_text(re.compile(r"\|\s*Idle\s*$")).first.wait_for(state="visible", timeout=timeout)
 
 
 def run_all(page, timeout: float = 90_000) -> None:
-    """Run > Run All Cells, then wait until every code cell has its execution count."""
+    """Run > Run All Cells (Lab and Notebook 7 share the menu), then wait until every code
+    cell has its execution count."""
     page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Run\s*$")).click()
     page.locator(".lm-Menu-item:visible", has_text=re.compile(r"^\s*Run All Cells\s*$")).click()
     page.wait_for_function(
