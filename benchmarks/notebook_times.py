@@ -4,7 +4,7 @@ A notebook is executed the way ``python -m hooktutor regen`` does it (a fresh pr
 fresh ``python3`` kernel, the notebook's folder as working directory, cells top to bottom),
 but in memory: the notebook file is read and never written. The time reported is the wall
 time of that whole process, so kernel start is included, as a learner waiting for "Run
-all" experiences it. The test suite is timed as ``python -m pytest -q``.
+all" experiences it. The test suite is timed as ``python3 course.py test`` runs it (``pytest -n auto --dist loadfile``).
 """
 
 from __future__ import annotations
@@ -77,9 +77,13 @@ def measure(*, repeats: int = 1, python: str = sys.executable, only: list[Path] 
     return result
 
 
+# what `python3 course.py test` runs: one pytest worker per core, a file per worker
+SUITE_ARGS = ["-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile"]
+
+
 def measure_suite(*, python: str = sys.executable, timeout: float = 3600) -> dict:
-    """Wall time of ``python -m pytest -q`` from the repository root, and its summary line."""
-    wall, cpu, proc = run_timed([python, "-m", "pytest", "-q"], cwd=ROOT, timeout=timeout)
+    """Wall time of the test suite as ``python3 course.py test`` runs it, and its summary line."""
+    wall, cpu, proc = run_timed([python, *SUITE_ARGS], cwd=ROOT, timeout=timeout)
     lines = [ln for ln in proc.stdout.strip().splitlines() if ln.strip()]
     summary = next((ln.strip("= ").strip() for ln in reversed(lines)
                     if re.search(r"\b(passed|failed|error)", ln)), lines[-1] if lines else "")

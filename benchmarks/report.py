@@ -140,7 +140,8 @@ def markdown(results: dict) -> str:
     suite = results.get("suite")
     if suite:
         out += ["", "## Test suite", "",
-                f"`python -m pytest -q`: {suite['seconds']:.0f} s wall time ({suite['summary']})."]
+                f"`pytest -n auto --dist loadfile` (what `python3 course.py test` runs): "
+                f"{suite['seconds']:.0f} s wall time ({suite['summary']})."]
         if suite.get("failed"):
             shown = suite["failed"][:15]
             more = len(suite["failed"]) - len(shown)

@@ -115,7 +115,8 @@ def update_readme(path: Path, table: str) -> bool:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few rounds; print only (see --write)")
-    parser.add_argument("--suite", action="store_true", help="also time `python -m pytest -q`")
+    parser.add_argument("--suite", action="store_true",
+                        help="also time the test suite as `python3 course.py test` runs it")
     parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {PARTS}")
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="hook overhead in process CPU time (default) or wall time")
@@ -153,7 +154,7 @@ def main(argv: list[str]) -> int:
         say("widget latency")
         results["widget"] = widget_latency(python, args.quick)
     if args.suite:
-        say("the whole test suite (python -m pytest -q)")
+        say("the whole test suite (pytest -n auto --dist loadfile, as course.py test)")
         results["suite"] = notebook_times.measure_suite(python=python)
     results["machine"]["load_end"] = load_average()
 

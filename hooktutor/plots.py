@@ -125,6 +125,9 @@ def hook_timeline(trace: Any, ax: Any = None):
     a.set_yticklabels(paths, fontsize=7)
     a.invert_yaxis()
     a.set_xlabel("firing order")
+    from matplotlib.ticker import MaxNLocator
+
+    a.xaxis.set_major_locator(MaxNLocator(integer=True))
     a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     a.set_title(f"hook firing order in {trace.model_name}", fontsize=9)
     return fig

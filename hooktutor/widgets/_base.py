@@ -145,3 +145,24 @@ def close_all() -> int:
     for w in widgets:
         w.close()
     return len(widgets)
+
+
+class CheckboxWidget(HookWidget):
+    """A widget built around one checkbox (:func:`checkbox_view`): ``value`` reads it, and
+    setting it clicks it, so the observer ``_on_change`` attaches, detaches and redraws."""
+
+    def _build(self, description: str, value: bool, css: str, *, side_by_side: bool) -> None:
+        self.checkbox, self.status, self.out, self.widget = checkbox_view(
+            description, value, css, side_by_side=side_by_side)
+        self.checkbox.observe(self._on_change, names="value")
+
+    def _on_change(self, change: dict) -> None:  # subclasses react to a click
+        raise NotImplementedError
+
+    @property
+    def value(self) -> bool:
+        return bool(self.checkbox.value)
+
+    @value.setter
+    def value(self, on: bool) -> None:
+        self.checkbox.value = bool(on)

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..models import inplace_modules, set_inplace
 from ..selection import check_model, get_layer
-from ._base import HookWidget, buffers_kept, call_model, checkbox_view, reset_full_backward_flag
+from ._base import CheckboxWidget, buffers_kept, call_model, reset_full_backward_flag
 from ._render import PngView, show_activation
 
 
@@ -54,13 +54,15 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:110]}{'...' if len(text) > 110 else ''}"
 
 
-def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, torch.Tensor]:
-    """Run the two hooks of the widget once; return the outcome and the stored tensor."""
-    module = get_layer(model, layer)
+def kept_without_copy(model: nn.Module, inputs: Any, module: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run ``model`` once with a hook on ``module`` that keeps its output two ways:
+    ``output.detach()`` (the trap: no copy) and ``output.detach().clone()``. Returns both as
+    they are after the forward; the hook is removed, and buffers restored, before this returns.
+    """
     kept: dict[str, torch.Tensor] = {}
 
     def naive(mod: nn.Module, args: tuple, output: torch.Tensor) -> None:
-        kept["stored"] = output.detach()  # the trap: no copy
+        kept["stored"] = output.detach()
         kept["copy"] = output.detach().clone()
 
     naive.__qualname__ = "inplace_switch.naive_store"
@@ -70,6 +72,15 @@ def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, to
             call_model(model, inputs)
     finally:
         handle.remove()
+    if "stored" not in kept:
+        raise ValueError(f"{type(module).__name__} did not run in the forward pass, or returned no tensor")
+    return kept["stored"], kept["copy"]
+
+
+def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, torch.Tensor]:
+    """Run the two hooks of the widget once; return the outcome and the stored tensor."""
+    module = get_layer(model, layer)
+    stored, copy = kept_without_copy(model, inputs, module)
     error = None
     bhandle = module.register_full_backward_hook(lambda m, gi, go: None)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -83,7 +94,6 @@ def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, to
     finally:
         bhandle.remove()
         reset_full_backward_flag(module)
-    stored, copy = kept["stored"], kept["copy"]
     outcome = InplaceOutcome(
         inplace=bool(inplace_modules(model)),
         stored_min=float(stored.min()), true_min=float(copy.min()),
@@ -92,7 +102,7 @@ def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, to
     return outcome, stored
 
 
-class InplaceSwitch(HookWidget):
+class InplaceSwitch(CheckboxWidget):
     """A checkbox for ``inplace=True`` on every in-place-capable module; see :func:`inplace_switch`."""
 
     kind = "InplaceSwitch"
@@ -108,20 +118,10 @@ class InplaceSwitch(HookWidget):
                           if isinstance(getattr(m, "inplace", None), bool)}
         self.model, self.inputs, self.layer = model, inputs, layer
         self.outcome: InplaceOutcome | None = None
-        self.checkbox, self.status, self.out, self.widget = checkbox_view(
-            "ReLUs in place (inplace=True)", bool(inplace_modules(model)), "hooktutor-inplace-switch",
-            side_by_side=False)
+        self._build("ReLUs in place (inplace=True)", bool(inplace_modules(model)), "hooktutor-inplace-switch",
+                    side_by_side=False)
         self._view = PngView(self.out)
-        self.checkbox.observe(self._on_change, names="value")
         self.refresh()
-
-    @property
-    def value(self) -> bool:
-        return bool(self.checkbox.value)
-
-    @value.setter
-    def value(self, on: bool) -> None:
-        self.checkbox.value = bool(on)
 
     def _on_change(self, change: dict) -> None:
         if self.closed:

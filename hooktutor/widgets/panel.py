@@ -19,30 +19,14 @@ from torch import nn
 from ..inventory import HookTable, list_hooks
 from ..models import inplace_modules, set_inplace
 from ..selection import LayerSpec, check_model, get_layer, select_layers
-from ._base import HookWidget, buffers_kept, call_model, ipw
+from ._base import HookWidget, ipw
 from ._compute import Snapshot, run
 from ._modes import MODES, attach, check_mode, check_scale
 from ._render import PngView, show_activation, show_gradients
+from .inplace import kept_without_copy
 
 STORE_COPY = "a copy (clone)"
 STORE_DETACH = "output.detach()"
-
-
-def _stored_without_copy(model: nn.Module, inputs: Any, module: nn.Module) -> torch.Tensor | None:
-    """What a hook that kept ``output.detach()`` holds after the forward (the in-place trap)."""
-    kept: list[torch.Tensor] = []
-
-    def naive(mod: nn.Module, args: tuple, output: Any) -> None:
-        if isinstance(output, torch.Tensor):
-            kept.append(output.detach())
-
-    handle = module.register_forward_hook(naive)
-    try:
-        with torch.no_grad(), buffers_kept(model):
-            call_model(model, inputs)
-    finally:
-        handle.remove()
-    return kept[-1] if kept else None
 
 
 class HookPanel(HookWidget):
@@ -224,7 +208,8 @@ class HookPanel(HookWidget):
         act = snap.activations.get(layer)
         title = layer
         if self.store.value == STORE_DETACH:
-            act = _stored_without_copy(self.model, self.inputs, self.modules[layer])
+            act = None if snap.activations.get(layer) is None else \
+                kept_without_copy(self.model, self.inputs, self.modules[layer])[0]
             title = f"{layer}, kept as output.detach()"
         self.shown_activation = act
         if act is not None:

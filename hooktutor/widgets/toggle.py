@@ -10,7 +10,7 @@ from torch import nn
 
 from ..inventory import list_hooks
 from ..selection import check_model, get_layer, select_layers
-from ._base import HookWidget, checkbox_view
+from ._base import CheckboxWidget
 from ._compute import Snapshot, run
 from ._modes import DESCRIPTIONS, attach, check_mode, check_scale
 from ._render import PngView, show_activation, show_gradients
@@ -18,7 +18,7 @@ from ._render import PngView, show_activation, show_gradients
 VIEWS: tuple[str, ...] = ("histogram", "gradients", "loss")
 
 
-class HookToggle(HookWidget):
+class HookToggle(CheckboxWidget):
     """A checkbox for one hook (``mode``) on one layer, plus a view; see :func:`hook_toggle`.
 
     ``value`` (True/False) is the checkbox; setting it attaches or detaches the hook and
@@ -47,20 +47,11 @@ class HookToggle(HookWidget):
         self.loss_text = ""
 
         what = DESCRIPTIONS[mode] + (f" x{scale:g}" if mode in ("scale", "scale_grad") else "")
-        self.checkbox, self.status, self.out, self.widget = checkbox_view(
-            f"{what} of {layer}", False, "hooktutor-hook-toggle", side_by_side=True)
+        self._build(f"{what} of {layer}", False, "hooktutor-hook-toggle", side_by_side=True)
         self._view = PngView(self.out)
-        self.checkbox.observe(self._on_change, names="value")
         self.refresh()
 
     # -- state ----------------------------------------------------------------------
-    @property
-    def value(self) -> bool:
-        return bool(self.checkbox.value)
-
-    @value.setter
-    def value(self, on: bool) -> None:
-        self.checkbox.value = bool(on)  # the observer attaches/detaches and redraws
 
     def _on_change(self, change: dict) -> None:
         if self.closed:

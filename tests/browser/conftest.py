@@ -375,3 +375,40 @@ class Probe:
         lines = out.inner_text().strip().splitlines()
         assert "attached to" in lines[1], lines
         return [tuple(line.split()[:3]) for line in lines[3:]]  # after the counter, title and header
+
+
+def assert_toggle_round_trip(page, hook: tuple[str, str, str]) -> None:
+    """Click the page's hook_toggle on, then off, through the real checkbox.
+
+    Each click must change the picture and the status within a second, and the kernel
+    (asked through the probe button) must hold exactly the hooks the page reports: ``[hook]``,
+    then none, with the first picture back.
+    """
+    from playwright.sync_api import expect
+
+    probe = Probe(page)
+    widget = page.locator(".hooktutor-hook-toggle")
+    checkbox = widget.locator(".hooktutor-toggle input[type=checkbox]")
+    status = widget.locator(".hooktutor-status")
+    picture = widget.locator(".hooktutor-view img")
+    expect(status).to_contain_text("hook off · loss ")
+    expect(status).to_contain_text("(0 hooks on features.0)")
+    expect(checkbox).not_to_be_checked()
+    src_off, text_off = picture.get_attribute("src"), status.text_content()
+    assert src_off.startswith("data:image/png")
+    assert probe() == []
+
+    checkbox.click()  # the real checkbox on the page
+    expect(picture).not_to_have_attribute("src", src_off, timeout=1_000)
+    expect(status).to_contain_text("(1 hook on features.0)", timeout=1_000)
+    expect(status).to_contain_text("hook on · loss ")
+    expect(checkbox).to_be_checked()
+    assert status.text_content() != text_off
+    assert probe() == [hook], "the kernel has exactly the hook the page says"
+
+    checkbox.click()
+    expect(status).to_contain_text("(0 hooks on features.0)", timeout=1_000)
+    expect(picture).to_have_attribute("src", src_off, timeout=1_000)  # the same picture as before
+    expect(status).to_have_text(text_off)
+    expect(checkbox).not_to_be_checked()
+    assert probe() == []

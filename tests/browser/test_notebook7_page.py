@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import CURRENT, Probe, assert_no_errors, open_notebook, run_all, unavailable, write_notebook
+from .conftest import (
+    CURRENT,
+    assert_no_errors,
+    assert_toggle_round_trip,
+    open_notebook,
+    run_all,
+    unavailable,
+    write_notebook,
+)
 from .test_hook_toggle_page import CELLS, HOOK
 
 pytestmark = pytest.mark.browser
@@ -37,28 +45,4 @@ def test_notebook7_clicking_the_checkbox_attaches_the_hook_and_redraws_within_a_
     expect(page.locator("#jp-main-dock-panel")).to_have_count(0)
     run_all(page)
     assert_no_errors(page)
-    probe = Probe(page)
-    widget = page.locator(".hooktutor-hook-toggle")
-    checkbox = widget.locator(".hooktutor-toggle input[type=checkbox]")
-    status = widget.locator(".hooktutor-status")
-    picture = widget.locator(".hooktutor-view img")
-    expect(status).to_contain_text("hook off · loss ")
-    expect(status).to_contain_text("(0 hooks on features.0)")
-    expect(checkbox).not_to_be_checked()
-    src_off, text_off = picture.get_attribute("src"), status.text_content()
-    assert src_off.startswith("data:image/png")
-    assert probe() == []
-
-    checkbox.click()  # the real checkbox on the page
-    expect(picture).not_to_have_attribute("src", src_off, timeout=1_000)
-    expect(status).to_contain_text("(1 hook on features.0)", timeout=1_000)
-    expect(status).to_contain_text("hook on · loss ")
-    expect(checkbox).to_be_checked()
-    assert probe() == [HOOK], "the kernel has exactly the hook the page says"
-
-    checkbox.click()
-    expect(status).to_contain_text("(0 hooks on features.0)", timeout=1_000)
-    expect(picture).to_have_attribute("src", src_off, timeout=1_000)  # the same picture as before
-    expect(status).to_have_text(text_off)
-    expect(checkbox).not_to_be_checked()
-    assert probe() == []
+    assert_toggle_round_trip(page, HOOK)
