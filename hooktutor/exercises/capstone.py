@@ -482,49 +482,30 @@ def _(answer, t: Tester) -> None:
                    "of model.named_modules()")
 
 
-@first_nonfinite.wrong("tests with torch.isnan only", mentions="inf")
-def _nan_only(model, *inputs):
-    bad = []
-    handles = [m.register_forward_hook(lambda mod, a, o, name=name: bad.append(name)
-                                       if torch.isnan(o).any() else None)
-               for name, m in model.named_modules()]
-    try:
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        for h in handles:
-            h.remove()
-    return bad[0] if bad else None
+def _hunter(is_bad, pick):
+    """A NaN hunter that flags modules with ``is_bad(output)``, lets the forward pass run on,
+    and reports ``pick(flagged names)``: each typical mistake below is one choice here."""
+    def hunt(model, *inputs):
+        bad = []
+        handles = [m.register_forward_hook(lambda mod, a, o, name=name: bad.append(name)
+                                           if is_bad(o) else None)
+                   for name, m in model.named_modules()]
+        try:
+            with torch.no_grad():
+                model(*inputs)
+        finally:
+            for h in handles:
+                h.remove()
+        return pick(bad) if bad else None
+    return hunt
 
 
-@first_nonfinite.wrong("reports the last bad module", mentions="not the first")
-def _last_bad(model, *inputs):
-    bad = []
-    handles = [m.register_forward_hook(lambda mod, a, o, name=name: bad.append(name)
-                                       if not torch.isfinite(o).all() else None)
-               for name, m in model.named_modules()]
-    try:
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        for h in handles:
-            h.remove()
-    return bad[-1] if bad else None
-
-
-@first_nonfinite.wrong("finds the right module but lets the forward pass run on", mentions="stop")
-def _no_stop(model, *inputs):
-    bad = []
-    handles = [m.register_forward_hook(lambda mod, a, o, name=name: bad.append(name)
-                                       if not torch.isfinite(o).all() else None)
-               for name, m in model.named_modules()]
-    try:
-        with torch.no_grad():
-            model(*inputs)
-    finally:
-        for h in handles:
-            h.remove()
-    return bad[0] if bad else None
+first_nonfinite.wrong("tests with torch.isnan only", mentions="inf")(
+    _hunter(lambda o: torch.isnan(o).any(), lambda bad: bad[0]))
+first_nonfinite.wrong("reports the last bad module", mentions="not the first")(
+    _hunter(lambda o: not torch.isfinite(o).all(), lambda bad: bad[-1]))
+first_nonfinite.wrong("finds the right module but lets the forward pass run on", mentions="stop")(
+    _hunter(lambda o: not torch.isfinite(o).all(), lambda bad: bad[0]))
 
 
 @first_nonfinite.wrong("removes the hooks only when nothing was found", mentions="still attached")

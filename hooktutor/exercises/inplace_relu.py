@@ -145,32 +145,26 @@ def _(answer, t: Tester) -> None:
                     "store output.detach().clone(), not output.clone()"))
 
 
-@record_outputs.wrong("stores output.detach() without clone", mentions="in-place ReLU overwrote")
-def _detach_only(model, x, names):
-    recorded, handles = {}, []
-    try:
-        for name in names:
-            handles.append(model.get_submodule(name).register_forward_hook(
-                lambda m, a, o, name=name: recorded.__setitem__(name, o.detach())))
-        model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return recorded
+def _recorder_storing(keep):
+    """A recorder that is right in every way but what it keeps: ``keep(output)``."""
+    def record(model, x, names):
+        recorded, handles = {}, []
+        try:
+            for name in names:
+                handles.append(model.get_submodule(name).register_forward_hook(
+                    lambda m, a, o, name=name: recorded.__setitem__(name, keep(o))))
+            model(x)
+        finally:
+            for h in handles:
+                h.remove()
+        return recorded
+    return record
 
 
-@record_outputs.wrong("stores output.clone() that keeps the graph", mentions="keeps the whole autograd graph")
-def _clone_with_graph(model, x, names):
-    recorded, handles = {}, []
-    try:
-        for name in names:
-            handles.append(model.get_submodule(name).register_forward_hook(
-                lambda m, a, o, name=name: recorded.__setitem__(name, o.clone())))
-        model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return recorded
+record_outputs.wrong("stores output.detach() without clone", mentions="in-place ReLU overwrote")(
+    _recorder_storing(lambda o: o.detach()))
+record_outputs.wrong("stores output.clone() that keeps the graph", mentions="keeps the whole autograd graph")(
+    _recorder_storing(lambda o: o.clone()))
 
 
 @record_outputs.wrong("forgets to remove the hooks", mentions="still attached")
