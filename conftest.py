@@ -3,8 +3,82 @@
 The notebook kernels that nbval and the tests start inherit this process's environment. A
 MPLBACKEND set in the shell (or by a library) would make them draw nowhere instead of
 inline, and every stored figure would go missing, so it is removed here.
+
+Every notebook is also collected once per CPU profile (``--cpu-profiles``, default
+``avx2,default``; see ``hooktutor/cpu_profiles.py``): the same strict nbval comparison, in a
+kernel started with that profile's environment, so the stored outputs are checked against the
+numbers an older CPU computes. Their test ids read ``notebooks/NN_x.ipynb[cpu=avx2]::Cell 5``.
 """
 
+from __future__ import annotations
+
+import functools
 import os
 
+import pytest
+
 os.environ.pop("MPLBACKEND", None)
+
+
+def pytest_addoption(parser):
+    from hooktutor.cpu_profiles import DEFAULT_PROFILES
+
+    parser.addoption(
+        "--cpu-profiles", default=",".join(DEFAULT_PROFILES), metavar="NAMES",
+        help="with --nbval, also run every notebook as these CPUs would (comma-separated: "
+             "avx2, default; 'none' for only this machine's own). Default: %(default)s")
+
+
+def pytest_collect_file(file_path, parent):
+    option = parent.config.option
+    if file_path.suffix != ".ipynb" or not getattr(option, "nbval", False):
+        return None
+    from hooktutor.cpu_profiles import parse
+
+    try:
+        names = parse(option.cpu_profiles)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if not names:
+        return None
+    return _classes()[0].from_parent(parent, path=file_path, name=f"{file_path.name}[cpu profiles]",
+                                     nodeid=f"{_relative(parent, file_path)}[cpu profiles]",
+                                     profiles=names)
+
+
+def _relative(node, path):
+    return path.relative_to(node.config.rootpath).as_posix()
+
+
+@functools.cache
+def _classes():
+    """The collectors, built on first use so that nbval is imported only when notebooks are."""
+    from nbval.plugin import IPyNbFile
+
+    from hooktutor.cpu_profiles import profile_environment
+
+    class ProfiledNotebook(IPyNbFile):
+        """nbval's notebook collector, with its kernel started under one CPU profile."""
+
+        cpu_profile = ""
+
+        def setup(self):
+            with profile_environment(self.cpu_profile):
+                super().setup()
+
+    class NotebookUnderProfiles(pytest.File):
+        """One notebook, collected once more per CPU profile."""
+
+        def __init__(self, *args, profiles=(), **kwargs):
+            super().__init__(*args, **kwargs)
+            self.profiles = list(profiles)
+
+        def collect(self):
+            relative = _relative(self, self.path)
+            for name in self.profiles:
+                node = ProfiledNotebook.from_parent(self, path=self.path, name=f"{self.path.name}[cpu={name}]",
+                                                    nodeid=f"{relative}[cpu={name}]")
+                node.cpu_profile = name
+                yield node
+
+    return NotebookUnderProfiles, ProfiledNotebook

@@ -8,17 +8,32 @@ PyTorch has no public API to enumerate hooks without their handles
 torch's private hook dictionaries. ``tests/test_torch_internals.py`` pins each
 attribute used here, so a torch release that renames one fails loudly there
 instead of making ``list_hooks`` silently miss hooks.
+
+PyTorch itself puts hooks on some models, and the model needs them:
+``torch.nn.utils.prune`` (a forward pre-hook per pruned parameter), the old
+``torch.nn.utils.weight_norm`` / ``spectral_norm`` (forward pre-hooks; spectral_norm also
+state-dict hooks), Lazy modules (a forward pre-hook that creates the parameters and a
+load-state-dict pre-hook) and eager-mode quantization observers. Every row says who
+installed its hook (``owner``: ``"user"`` or ``"pytorch"``, and a ``mechanism`` label), and
+``remove_hooks`` / ``remove_row`` leave PyTorch's hooks alone unless asked.
 """
 
 from __future__ import annotations
 
+import functools
 import html
+import sys
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from torch.nn.modules import module as _module_mod
+from torch.nn.modules.lazy import LazyModuleMixin
+from torch.nn.utils.prune import BasePruningMethod
+from torch.nn.utils.spectral_norm import SpectralNorm, SpectralNormLoadStateDictPreHook, SpectralNormStateDictHook
+from torch.nn.utils.weight_norm import WeightNorm
 
 # (private dict on nn.Module, kind shown to the learner); flag dicts are read separately.
 MODULE_HOOK_DICTS: tuple[tuple[str, str], ...] = (
@@ -26,6 +41,17 @@ MODULE_HOOK_DICTS: tuple[tuple[str, str], ...] = (
     ("_forward_hooks", "forward"),
     ("_backward_pre_hooks", "backward_pre"),
     ("_backward_hooks", "backward"),
+)
+# The state-dict hooks (``register_state_dict_pre_hook``, ``_register_state_dict_hook`` /
+# ``register_state_dict_post_hook``, ``_register_load_state_dict_pre_hook`` /
+# ``register_load_state_dict_pre_hook`` (stored wrapped in a ``_WrappedHook``),
+# ``register_load_state_dict_post_hook``). Every nn.Module has all four on torch 2.1 to 2.15;
+# they are read with getattr so a module or a torch without one gives no rows, not an error.
+STATE_DICT_HOOK_DICTS: tuple[tuple[str, str], ...] = (
+    ("_state_dict_pre_hooks", "state_dict_pre"),
+    ("_state_dict_hooks", "state_dict"),
+    ("_load_state_dict_pre_hooks", "load_state_dict_pre"),
+    ("_load_state_dict_post_hooks", "load_state_dict_post"),
 )
 # Dicts that only carry flags for ids of the dicts above; cleared together with them.
 MODULE_FLAG_DICTS: tuple[str, ...] = (
@@ -56,7 +82,23 @@ GLOBAL = "<global>"
 ROOT = "<root>"
 
 KIND_ORDER = ("forward_pre", "forward", "backward_pre", "backward", "backward (legacy)",
+              "state_dict_pre", "state_dict", "load_state_dict_pre", "load_state_dict_post",
               "tensor", "post_accumulate")
+
+USER = "user"
+PYTORCH = "pytorch"
+# How torch stores a load_state_dict pre-hook: the hook is in its ``.hook``.
+_WrappedHook = getattr(_module_mod, "_WrappedHook", None)
+# The classes whose instances PyTorch registers as hooks, by mechanism.
+_MECHANISM_CLASSES: tuple[tuple[type, str], ...] = (
+    (BasePruningMethod, "prune"),
+    (WeightNorm, "weight_norm"),
+    (SpectralNorm, "spectral_norm"),
+    (SpectralNormStateDictHook, "spectral_norm"),
+    (SpectralNormLoadStateDictPreHook, "spectral_norm"),
+)
+_QUANTIZE_MODULE = "torch.ao.quantization.quantize"
+_OBSERVER_HOOKS = ("_observer_forward_hook", "_observer_forward_pre_hook")
 
 
 @dataclass(frozen=True)
@@ -69,13 +111,96 @@ class HookRow:
     handle_id: int
     flags: tuple[str, ...] = ()
     hook: Callable | None = None
+    owner: str = USER  # "user" (you, hooktutor's helpers) or "pytorch" (torch installed it)
+    mechanism: str = ""  # for PyTorch's hooks: "prune", "lazy module", "pytorch (torch.x)"...
 
     @property
     def where(self) -> str:
         return self.path
 
+    @property
+    def is_pytorch(self) -> bool:
+        """True for a hook PyTorch installed (and the model needs); see :func:`hook_owner`."""
+        return self.owner == PYTORCH
+
+    @property
+    def owner_label(self) -> str:
+        """The owner column of the table: ``you`` or ``pytorch (prune)`` and the like."""
+        if not self.is_pytorch:
+            return "you"
+        return self.mechanism if self.mechanism.startswith("pytorch (") else f"pytorch ({self.mechanism})"
+
+
+def _unwrap(hook: object) -> tuple[object, type | None]:
+    """What defines ``hook`` (a function or a class) and, for a bound method, its object's class.
+
+    functools.partial -> ``.func``; torch's ``_WrappedHook`` -> ``.hook``; bound method ->
+    ``__func__`` (and ``type(__self__)``); a callable instance -> its class.
+    """
+    obj = hook
+    for _ in range(20):  # partials of wrapped partials...; a bound on silly nesting
+        if isinstance(obj, functools.partial):
+            obj = obj.func
+        elif _WrappedHook is not None and isinstance(obj, _WrappedHook):
+            obj = obj.hook
+        else:
+            break
+    if isinstance(obj, types.MethodType):
+        return obj.__func__, type(obj.__self__)
+    if isinstance(obj, types.BuiltinFunctionType):  # print, or a bound builtin like list.append
+        bound = getattr(obj, "__self__", None)
+        if getattr(obj, "__module__", None) is None and bound is not None and not isinstance(bound, types.ModuleType):
+            return type(bound), None
+        return obj, None
+    if isinstance(obj, (types.FunctionType, type)):
+        return obj, None
+    return type(obj), None
+
+
+def _is_torch_module(name: object) -> bool:
+    return isinstance(name, str) and (name == "torch" or name.startswith("torch."))
+
+
+def hook_owner(hook: object) -> tuple[str, str]:
+    """``(owner, mechanism)`` of a hook object: who installed it, and how.
+
+    The hook is unwrapped (see :func:`_unwrap`); when the function or class that defines it
+    comes from the ``torch`` package, the owner is ``"pytorch"`` and the mechanism one of
+    ``prune``, ``weight_norm``, ``spectral_norm``, ``lazy module``, ``quantization observer``
+    or ``pytorch (torch.some.module)``. An instance of your own subclass of a pruning method
+    (``torch.nn.utils.prune.BasePruningMethod``) counts as ``prune`` too: torch's pruning
+    installed it and the model needs it. Anything else (your functions, lambdas, hooktutor's
+    helpers) is ``("user", "")``. It fills the owner column of :func:`list_hooks`, taught in
+    ``00_start_here.ipynb``.
+    """
+    defining, self_cls = _unwrap(hook)
+    if isinstance(defining, type):
+        for cls, mechanism in _MECHANISM_CLASSES:
+            # also your own subclass (a custom pruning method): torch's machinery installed
+            # the hook, and the model needs it just the same
+            if issubclass(defining, cls):
+                return PYTORCH, mechanism
+    module_name = getattr(defining, "__module__", None)
+    if module_name is None and self_cls is not None:
+        module_name = self_cls.__module__
+    if not _is_torch_module(module_name):
+        return USER, ""
+    if self_cls is not None and issubclass(self_cls, LazyModuleMixin):
+        return PYTORCH, "lazy module"
+    quantize = sys.modules.get(_QUANTIZE_MODULE)  # imported by torch itself; never import it here
+    if quantize is not None and any(defining is getattr(quantize, n, None) for n in _OBSERVER_HOOKS):
+        return PYTORCH, "quantization observer"
+    return PYTORCH, f"pytorch ({module_name})"
+
+
+def _row(path: str, kind: str, hid: int, fn: Callable, flags: tuple[str, ...] = ()) -> HookRow:
+    owner, mechanism = hook_owner(fn)
+    return HookRow(path, kind, _function_name(fn), hid, flags, fn, owner, mechanism)
+
 
 def _function_name(fn: object) -> str:
+    if _WrappedHook is not None and isinstance(fn, _WrappedHook):
+        return _function_name(fn.hook)
     inner = getattr(fn, "func", None)  # functools.partial
     if inner is not None and not hasattr(fn, "__qualname__"):
         return f"partial({_function_name(inner)})"
@@ -108,7 +233,10 @@ def _module_rows(path: str, mod: nn.Module) -> Iterator[HookRow]:
                     flags.append("always_call")
             if attr == "_backward_hooks" and mod._is_full_backward_hook is False:
                 row_kind = "backward (legacy)"
-            yield HookRow(path, row_kind, _function_name(fn), hid, tuple(flags), fn)
+            yield _row(path, row_kind, hid, fn, tuple(flags))
+    for attr, kind in STATE_DICT_HOOK_DICTS:
+        for hid, fn in (getattr(mod, attr, None) or {}).items():
+            yield _row(path, kind, hid, fn)
 
 
 def _tensor_rows(path: str, tensor: torch.Tensor) -> Iterator[HookRow]:
@@ -117,7 +245,7 @@ def _tensor_rows(path: str, tensor: torch.Tensor) -> Iterator[HookRow]:
         if not hooks:
             continue
         for hid, fn in hooks.items():
-            yield HookRow(path, kind, _function_name(fn), hid, (), fn)
+            yield _row(path, kind, hid, fn)
 
 
 def _global_flags(attr: str) -> dict:
@@ -138,7 +266,7 @@ def _global_rows() -> Iterator[HookRow]:
                     flags.append("always_call")
             if attr == "_global_backward_hooks" and _module_mod._global_is_full_backward_hook is False:
                 row_kind = "backward (legacy)"
-            yield HookRow(GLOBAL, row_kind, _function_name(fn), hid, tuple(flags), fn)
+            yield _row(GLOBAL, row_kind, hid, fn, tuple(flags))
 
 
 def _check_module(module: object, func: str) -> nn.Module:
@@ -154,11 +282,14 @@ class HookTable:
     """The hooks attached to a module tree, as a table that reads well in a notebook.
 
     Made by :func:`list_hooks`. ``len(table)`` counts the hooks, ``table.rows`` holds
-    :class:`HookRow` objects, ``table.where(kind=..., path=...)`` filters. The text and
-    HTML views list module, kind, function and flags; handle ids (which grow every time a
+    :class:`HookRow` objects, ``table.where(kind=..., path=..., owner=...)`` filters. The
+    text and HTML views list module, kind, function, owner (``you``, or ``pytorch (prune)``
+    and the like for a hook PyTorch installed) and flags; handle ids (which grow every time a
     hook is registered anywhere) are kept in the rows but not shown, so a notebook that
     prints a table gives the same output when it is run twice.
     """
+
+    COLUMNS = ("module", "kind", "function", "owner", "flags")
 
     def __init__(self, rows: list[HookRow], root_name: str = ""):
         self.rows = list(rows)
@@ -176,10 +307,14 @@ class HookTable:
     def __bool__(self) -> bool:
         return bool(self.rows)
 
-    def where(self, *, kind: str | None = None, path: str | None = None) -> "HookTable":
-        """Only the rows of one kind and/or one module path."""
+    def where(self, *, kind: str | None = None, path: str | None = None,
+              owner: str | None = None) -> "HookTable":
+        """Only the rows of one kind, one module path and/or one owner (``"user"``/``"pytorch"``)."""
+        if owner not in (None, USER, PYTORCH):
+            raise ValueError(f"owner must be {USER!r} or {PYTORCH!r}, got {owner!r}")
         rows = [r for r in self.rows
-                if (kind is None or r.kind == kind) and (path is None or r.path == path)]
+                if (kind is None or r.kind == kind) and (path is None or r.path == path)
+                and (owner is None or r.owner == owner)]
         return HookTable(rows, self.root_name)
 
     def counts(self) -> dict[str, int]:
@@ -189,8 +324,8 @@ class HookTable:
             out[r.kind] = out.get(r.kind, 0) + 1
         return out
 
-    def _lines(self) -> list[tuple[str, str, str, str]]:
-        return [(r.path, r.kind, r.function, ", ".join(r.flags)) for r in self.rows]
+    def _lines(self) -> list[tuple[str, ...]]:
+        return [(r.path, r.kind, r.function, r.owner_label, ", ".join(r.flags)) for r in self.rows]
 
     def __repr__(self) -> str:
         title = f"{len(self)} hook{'s' if len(self) != 1 else ''} attached"
@@ -198,9 +333,8 @@ class HookTable:
             title += f" to {self.root_name}"
         if not self.rows:
             return title
-        header = ("module", "kind", "function", "flags")
-        lines = [header, *self._lines()]
-        widths = [max(len(line[i]) for line in lines) for i in range(4)]
+        lines = [self.COLUMNS, *self._lines()]
+        widths = [max(len(line[i]) for line in lines) for i in range(len(self.COLUMNS))]
         out = [title]
         for line in lines:
             out.append("  " + "  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
@@ -214,20 +348,28 @@ class HookTable:
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in line) + "</tr>"
             for line in self._lines()
         )
+        head = "".join(f"<th>{c}</th>" for c in self.COLUMNS)
         return (
             f"<p><b>{title}</b></p><table class='hooktutor-hooks'>"
-            "<thead><tr><th>module</th><th>kind</th><th>function</th><th>flags</th></tr></thead>"
-            f"<tbody>{cells}</tbody></table>"
+            f"<thead><tr>{head}</tr></thead><tbody>{cells}</tbody></table>"
         )
 
 
 def list_hooks(module: nn.Module, *, include_global: bool = True) -> HookTable:
-    """Every hook attached to ``module`` and its submodules and parameters.
+    """Every hook attached to ``module`` and its submodules and parameters, and who owns it.
 
     Lists forward pre-hooks, forward hooks (with their ``with_kwargs`` / ``always_call``
-    flags), backward pre-hooks, backward hooks (full or legacy), hooks on parameters
-    (``Tensor.register_hook`` and post-accumulate-grad hooks) and, unless
+    flags), backward pre-hooks, backward hooks (full or legacy), state-dict hooks
+    (``state_dict_pre``, ``state_dict``, ``load_state_dict_pre``, ``load_state_dict_post``),
+    hooks on parameters (``Tensor.register_hook`` and post-accumulate-grad hooks) and, unless
     ``include_global=False``, the global module hooks that fire for every module.
+
+    The owner column tells your hooks (``you``: your functions, lambdas, partials, and the
+    hooks of hooktutor's helpers such as ``capture``) from those PyTorch installed and the
+    model needs: ``pytorch (prune)``, ``pytorch (weight_norm)``, ``pytorch (spectral_norm)``,
+    ``pytorch (lazy module)``, ``pytorch (quantization observer)``, or
+    ``pytorch (torch.some.module)`` for any other hook defined inside torch.
+    ``row.owner`` is ``"user"`` or ``"pytorch"``, ``row.mechanism`` the label.
 
     Taught in ``00_start_here.ipynb``.
     """
@@ -264,47 +406,135 @@ def remove_global_hooks(only: set[tuple[str, int]] | None = None) -> int:
     return removed
 
 
-def remove_row(model: nn.Module, row: HookRow) -> None:
-    """Remove the one hook that ``row`` (from ``list_hooks(model)``) describes."""
+def _owner_module(model: nn.Module, row: HookRow) -> nn.Module:
+    return model if row.path == ROOT else model.get_submodule(row.path)
+
+
+def _drop(model: nn.Module, row: HookRow) -> None:
+    """Delete the hook of ``row`` from its dict (and its flags); no questions asked."""
     if row.path == GLOBAL:
         remove_global_hooks(only={(attr, row.handle_id) for attr, _ in GLOBAL_HOOK_DICTS})
         return
     if row.kind in ("tensor", "post_accumulate"):
         attr = dict((k, a) for a, k in TENSOR_HOOK_DICTS)[row.kind]
-        getattr(model.get_parameter(row.path), attr).pop(row.handle_id, None)
+        hooks = getattr(model.get_parameter(row.path), attr, None)
+        if hooks:
+            hooks.pop(row.handle_id, None)
         return
-    owner = model if row.path == ROOT else model.get_submodule(row.path)
-    for attr in (*(a for a, _ in MODULE_HOOK_DICTS), *MODULE_FLAG_DICTS):
-        getattr(owner, attr).pop(row.handle_id, None)
-    if not owner._backward_hooks:
-        owner._is_full_backward_hook = None
+    owner = _owner_module(model, row)
+    for attr in (*(a for a, _ in MODULE_HOOK_DICTS), *(a for a, _ in STATE_DICT_HOOK_DICTS), *MODULE_FLAG_DICTS):
+        hooks = getattr(owner, attr, None)
+        if hooks is not None:
+            hooks.pop(row.handle_id, None)
 
 
-def remove_hooks(module: nn.Module, *, include_global: bool = False) -> int:
-    """Remove every hook :func:`list_hooks` would show; return how many were removed.
+def _reset_backward_flag(module: nn.Module) -> None:
+    """A module with no backward hook left accepts full and legacy ones again."""
+    if not module._backward_hooks:
+        module._is_full_backward_hook = None
 
-    Global module hooks are removed only with ``include_global=True``, because they
-    affect every model in the process, not just this one. Afterwards every module accepts
+
+def remove_row(model: nn.Module, row: HookRow, *, include_pytorch: bool = False) -> None:
+    """Remove the one hook that ``row`` (from ``list_hooks(model)``) describes.
+
+    A hook PyTorch installed (``row.is_pytorch``: prune, weight_norm, a Lazy module...) is
+    refused with a ``ValueError``, because the model needs it; pass ``include_pytorch=True``
+    to remove it anyway. Taught in ``00_start_here.ipynb`` (with :func:`remove_hooks`).
+    """
+    if row.is_pytorch and not include_pytorch:
+        raise ValueError(
+            f"the {row.kind} hook {row.function} on {row.path} was installed by PyTorch "
+            f"({row.mechanism}) and the model needs it; remove_row(model, row, include_pytorch=True) "
+            "removes it anyway")
+    _drop(model, row)
+    if row.path not in (GLOBAL,) and row.kind not in ("tensor", "post_accumulate"):
+        _reset_backward_flag(_owner_module(model, row))
+
+
+def _paths(paths: list[str]) -> str:
+    if len(paths) == 1:
+        return paths[0]
+    if len(paths) == 2:
+        return f"{paths[0]} and {paths[1]}"
+    return f"{len(paths)} modules"
+
+
+class RemovedHooks(int):
+    """What :func:`remove_hooks` returns: the number of hooks removed, as an ``int``.
+
+    ``str()``, ``print()`` and f-strings give the plain number; the notebook repr also says
+    which hooks PyTorch installed were left, and why. ``.removed`` and ``.left`` are
+    :class:`HookTable` objects of the hooks removed and of those left in place. Shown in
+    ``00_start_here.ipynb``.
+    """
+
+    removed: HookTable
+    left: HookTable
+
+    def __new__(cls, removed: HookTable, left: HookTable) -> "RemovedHooks":
+        self = super().__new__(cls, len(removed))
+        self.removed, self.left = removed, left
+        return self
+
+    def __repr__(self) -> str:
+        n = int(self)
+        text = f"removed {n} hook{'s' if n != 1 else ''}"
+        if not self.left:
+            return text
+        groups: dict[str, list[str]] = {}
+        counts: dict[str, int] = {}
+        for r in self.left:
+            paths = groups.setdefault(r.mechanism, [])
+            if r.path not in paths:
+                paths.append(r.path)
+            counts[r.mechanism] = counts.get(r.mechanism, 0) + 1
+        why = ", ".join(f"{m}: {counts[m]} on {_paths(p)}" for m, p in groups.items())
+        k = len(self.left)
+        return (f"{text}; left {k} that PyTorch installed and the model needs ({why}); "
+                "remove_hooks(model, include_pytorch=True) removes those too")
+
+    def _repr_pretty_(self, p: object, cycle: bool) -> None:
+        p.text(repr(self))  # type: ignore[attr-defined]
+
+    def __str__(self) -> str:
+        return str(int(self))
+
+    def __format__(self, spec: str) -> str:
+        return format(int(self), spec)
+
+    def __reduce__(self) -> tuple:
+        return (int, (int(self),))
+
+
+def remove_hooks(module: nn.Module, *, include_global: bool = False,
+                 include_pytorch: bool = False) -> RemovedHooks:
+    """Remove your hooks (every row of :func:`list_hooks` owned by you); return how many.
+
+    Hooks PyTorch installed and the model needs (prune, weight_norm, spectral_norm, Lazy
+    modules, quantization observers, see the owner column of ``list_hooks``) are left in
+    place: without them a pruned model fails on its second backward and a Lazy module never
+    creates its parameters. ``include_pytorch=True`` removes them too. Global module hooks are
+    removed only with ``include_global=True``, because they affect every model in the
+    process, not just this one. Afterwards every module without a backward hook left accepts
     full backward hooks again, even one that once had a legacy ``register_backward_hook``.
+
+    The result is an ``int`` (``assert remove_hooks(m) == 3``, ``print`` shows ``3``) whose
+    notebook repr reads, for example, ``removed 3 hooks; left 1 that PyTorch installed and
+    the model needs (prune: 1 on fc1); remove_hooks(model, include_pytorch=True) removes
+    those too``; ``.left`` and ``.removed`` are :class:`HookTable` objects.
 
     Taught in ``00_start_here.ipynb``.
     """
     _check_module(module, "remove_hooks")
-    removed = 0
+    table = list_hooks(module, include_global=include_global)
+    removed: list[HookRow] = []
+    left: list[HookRow] = []
+    for row in table:
+        if row.is_pytorch and not include_pytorch:
+            left.append(row)
+        else:
+            _drop(module, row)
+            removed.append(row)
     for mod in module.modules():
-        for attr, _ in MODULE_HOOK_DICTS:
-            hooks = getattr(mod, attr)
-            removed += len(hooks)
-            hooks.clear()
-        for attr in MODULE_FLAG_DICTS:
-            getattr(mod, attr).clear()
-        mod._is_full_backward_hook = None
-        for param in mod.parameters(recurse=False):
-            for attr, _ in TENSOR_HOOK_DICTS:
-                hooks = getattr(param, attr, None)
-                if hooks:
-                    removed += len(hooks)
-                    hooks.clear()
-    if include_global:
-        removed += remove_global_hooks()
-    return removed
+        _reset_backward_flag(mod)
+    return RemovedHooks(HookTable(removed, table.root_name), HookTable(left, table.root_name))

@@ -108,3 +108,37 @@ def test_hints_one_at_a_time_and_by_number():
 def test_html_report_is_styled():
     ex = EXERCISES["start_here.count_calls"]
     assert "hooktutor-check" in ex.check(ex.reference)._repr_html_()
+
+
+def test_a_pytorch_hook_added_by_the_answer_is_no_leak_and_stays_but_a_user_hook_is_reported():
+    from torch.nn.utils import prune
+
+    ex = EXERCISES["start_here.count_calls"]
+    pruned = []
+
+    def prunes_then_counts(model, x, layer):
+        if not prune.is_pruned(layer):
+            prune.l1_unstructured(layer, "weight", amount=0.5)  # torch adds a forward pre-hook
+            pruned.append(layer)
+        return ex.reference(model, x, layer)
+
+    report = ex.check(prunes_then_counts)
+    assert report.passed, repr(report)
+    assert len(pruned) == 3
+    for layer in pruned:
+        (row,) = ht.list_hooks(layer)
+        assert (row.kind, row.owner, row.mechanism) == ("forward_pre", "pytorch", "prune")
+
+    pruned.clear()
+
+    def prunes_and_leaks(model, x, layer):
+        count = prunes_then_counts(model, x, layer)
+        layer.register_forward_hook(lambda m, a, o: None)
+        return count
+
+    report = ex.check(prunes_and_leaks)
+    assert not report.passed and "left a hook attached" in report.text
+    assert "a forward hook (<lambda> (in prunes_and_leaks)) on fc2 of the MLP was still attached." in report.text
+    assert "(and 1 more)" not in report.text and "forward_pre" not in report.text
+    (layer,) = pruned  # the check stops at the first failing case
+    assert [(r.kind, r.mechanism) for r in ht.list_hooks(layer)] == [("forward_pre", "prune")]

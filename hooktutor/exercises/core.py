@@ -67,16 +67,22 @@ class Tester:
         self._tracked: list[tuple[str, nn.Module, set[int]]] = []
 
     def track(self, model: nn.Module, name: str = "the model") -> nn.Module:
-        """Remember ``model``'s hooks now; any hook added later and left on counts as a leak."""
+        """Remember ``model``'s hooks now; any hook added later and left on counts as a leak.
+
+        Hooks PyTorch installs and the model needs (an answer that prunes the model, makes it
+        lazy, ...: ``row.is_pytorch`` in ``list_hooks``) are not leaks and are left in place.
+        """
         before = {r.handle_id for r in list_hooks(model, include_global=False)}
         self._tracked.append((name, model, before))
         return model
 
     def leaks(self) -> list[str]:
-        """Describe and remove the hooks added to tracked models since they were tracked."""
+        """Describe and remove the hooks the learner added to tracked models since they were
+        tracked (not those PyTorch installed: they stay, as ``remove_hooks`` leaves them)."""
         found = []
         for name, model, before in self._tracked:
-            extra = [r for r in list_hooks(model, include_global=False) if r.handle_id not in before]
+            extra = [r for r in list_hooks(model, include_global=False)
+                     if r.handle_id not in before and not r.is_pytorch]
             for r in extra:
                 found.append(f"a {r.kind} hook ({r.function}) on {r.path} of {name}")
                 remove_row(model, r)
