@@ -6,18 +6,31 @@
     python3 course.py regen     # re-execute every notebook top to bottom, storing its outputs
     python3 course.py doctor    # check the environment and say what to fix
     python3 course.py student OUTDIR   # write the student edition (solutions removed)
-    python3 course.py compat    # the library tests on the oldest supported torch (own venv)
+    python3 course.py compat    # every lesson and the library tests on other torch releases
     python3 course.py setup     # only create/update .venv (what lab and test do first)
 
 Extra arguments after the command go to jupyter lab / pytest / the tool. The environment
 lives in .venv next to this file (set HOOKTUTOR_VENV to put it elsewhere). Exact versions
 come from requirements/constraints.txt; it is reinstalled only when that file or
 pyproject.toml changes.
+
+compat checks that the lessons hold on the torch a learner may have. For each release in
+COMPAT_TORCH (the oldest that pyproject.toml admits and the newest tested; override with
+`--torch 2.1.2,2.15.0`) it creates .venv-torch-<version> (torch, NumPy 1.x below torch 2.3,
+the package with its test tools; reinstalled only when pyproject.toml changes), runs the
+library tests there (`-m "not course_env and not browser"`), executes every notebook in it
+(stored outputs are not compared; each untagged cell must run clean and each cell tagged
+raises-exception must raise the type and message pattern its metadata declares), and runs
+the probes of hooktutor/versions.py. The notebooks are also executed in .venv (the pinned
+torch). It then writes docs/torch-versions.md and exits non-zero if anything failed or a
+probe contradicts the registry. `--no-tests` skips the library tests; other arguments go to
+pytest.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -35,21 +48,36 @@ def say(msg: str) -> None:
     print(f"[course] {msg}", flush=True)
 
 
-# The oldest torch that pyproject.toml admits, and what it needs beside it (torch < 2.3 was
-# built against NumPy 1.x).
-OLDEST = ["torch==2.1.2", "numpy<2"]
+# The torch releases `compat` tests besides the pinned one: the oldest that pyproject.toml
+# admits and the newest that pip installs (update it when torch releases).
+COMPAT_TORCH = ["2.1.2", "2.15.0"]
+VERSIONS_DOC = ROOT / "docs" / "torch-versions.md"  # written by compat
 
 
-def venv_dir(compat: bool = False) -> Path:
-    if compat:
-        return Path(os.environ.get("HOOKTUTOR_COMPAT_VENV", ROOT / ".venv-oldest")).resolve()
+def pinned_torch() -> str:
+    """The torch of requirements/constraints.txt, which the stored outputs are made with."""
+    for line in CONSTRAINTS.read_text().splitlines():
+        if line.strip().lower().startswith("torch=="):
+            return line.split("==", 1)[1].split(";")[0].strip()
+    return "pinned"
+
+
+def compat_install(torch: str) -> list[str]:
+    """What a compat environment for ``torch`` gets (torch < 2.3 was built against NumPy 1.x)."""
+    numpy = ["numpy<2"] if tuple(int(p) for p in torch.split(".")[:2]) < (2, 3) else []
+    return [f"torch=={torch}", *numpy, "ipykernel", "-e", ".[test]"]
+
+
+def venv_dir(torch: str | None = None) -> Path:
+    if torch:
+        return (ROOT / f".venv-torch-{torch}").resolve()
     return Path(os.environ.get("HOOKTUTOR_VENV", ROOT / ".venv")).resolve()
 
 
-def venv_bin(name: str, compat: bool = False) -> Path:
+def venv_bin(name: str, torch: str | None = None) -> Path:
     folder = "Scripts" if os.name == "nt" else "bin"
     exe = ".exe" if os.name == "nt" else ""
-    return venv_dir(compat) / folder / f"{name}{exe}"
+    return venv_dir(torch) / folder / f"{name}{exe}"
 
 
 def run(cmd: list[str | os.PathLike], **kw) -> int:
@@ -64,22 +92,22 @@ def _stamp(install: list[str]) -> str:
     return h.hexdigest()
 
 
-def ensure_env(compat: bool = False) -> Path:
+def ensure_env(torch: str | None = None) -> Path:
     """Create the virtual environment if missing and install the pinned versions into it.
 
-    With ``compat=True``: a separate environment with the oldest supported torch instead.
+    With ``torch="2.1.2"``: a separate environment, .venv-torch-2.1.2, with that torch instead.
     """
     if sys.version_info < MIN_PYTHON:
         sys.exit(f"hooktutor needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
                  f"{sys.version.split()[0]}. Run course.py with a newer python3.")
-    where = venv_dir(compat)
-    python = venv_bin("python", compat)
+    where = venv_dir(torch)
+    python = venv_bin("python", torch)
     if not python.exists():
-        say(f"creating the {'compatibility' if compat else 'course'} environment in {where}")
+        say(f"creating the {f'torch {torch}' if torch else 'course'} environment in {where}")
         venv.EnvBuilder(with_pip=True, clear=False).create(where)
-    if compat:
-        install = [*OLDEST, "-e", ".[test]"]
-        what = f"{OLDEST[0]} and the test tools"
+    if torch:
+        install = compat_install(torch)
+        what = f"torch {torch} and the test tools"
     else:
         install = ["-c", str(CONSTRAINTS), "-e", f".[{EXTRAS}]"]
         what = "the pinned versions (torch 2.13.0 and the Jupyter stack)"
@@ -129,11 +157,59 @@ def cmd_regen(args: list[str]) -> int:
     return 0
 
 
+def failed_tests(junit: Path) -> list[str]:
+    """The tests that failed or errored in a pytest --junitxml report, with the first line of why."""
+    import xml.etree.ElementTree as ET
+
+    if not junit.exists():
+        return []
+    found = []
+    for case in ET.parse(junit).iter("testcase"):
+        for bad in [*case.findall("failure"), *case.findall("error")]:
+            why = (bad.get("message") or "").strip().splitlines()
+            found.append(f"{case.get('classname')}::{case.get('name')}: {why[0][:200] if why else ''}")
+    return found
+
+
 def cmd_compat(args: list[str]) -> int:
-    python = ensure_env(compat=True)
-    say(f"library tests on {OLDEST[0]} (notebook outputs are stored for the pinned torch, so "
-        "notebooks and course-environment tests are left out)")
-    return run([python, "-m", "pytest", "tests", "-m", "not course_env and not browser", *args])
+    versions, run_tests, pytest_args = list(COMPAT_TORCH), True, []
+    rest = list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--torch" and rest:
+            versions = [v.strip() for v in rest.pop(0).split(",") if v.strip()]
+        elif arg.startswith("--torch="):
+            versions = [v.strip() for v in arg.split("=", 1)[1].split(",") if v.strip()]
+        elif arg == "--no-tests":
+            run_tests = False
+        else:
+            pytest_args.append(arg)
+    results = ROOT / "build" / "compat"
+    results.mkdir(parents=True, exist_ok=True)
+    for old in results.glob("*.json"):
+        old.unlink()
+    files, failed = [], False
+    for torch in [None, *versions]:  # None: the course environment with the pinned torch
+        python = ensure_env(torch)
+        name = torch or f"{pinned_torch()} (pinned, .venv)"
+        result = results / f"torch-{torch or 'pinned'}.json"
+        say(f"torch {name}: executing every notebook and the probes of hooktutor/versions.py")
+        failed |= run([python, "-m", "hooktutor.compat", "run", result]) != 0
+        if torch and run_tests:
+            say(f"torch {name}: the library tests (course-environment and browser tests left out)")
+            junit = results / f"tests-{torch}.xml"
+            code = run([python, "-m", "pytest", "tests", "-q", "-m", "not course_env and not browser",
+                        f"--junitxml={junit}", *pytest_args])
+            failed |= code != 0
+            data = json.loads(result.read_text())
+            data["tests"], data["test_failures"] = code, failed_tests(junit)
+            result.write_text(json.dumps(data, indent=1) + "\n")
+        files.append(result)
+    code = run([ensure_env(), "-m", "hooktutor.compat", "report", VERSIONS_DOC, f"--pinned={pinned_torch()}", *files])
+    failed |= code != 0
+    say(f"{'FAILED' if failed else 'all lessons hold'} on torch {', '.join([pinned_torch(), *versions])}; "
+        f"see {VERSIONS_DOC.relative_to(ROOT)}")
+    return 1 if failed else 0
 
 
 def cmd_tool(sub: str, args: list[str]) -> int:

@@ -94,3 +94,44 @@ def test_ignored_outputs_are_rare(path):
     nb = load(path)
     ignored = [c for c in nb.cells if "nbval-ignore-output" in tags(c)]
     assert len(ignored) <= 4, f"{path.name} ignores {len(ignored)} outputs"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_intended_errors_declare_their_type_and_stable_message(path):
+    """An error a cell shows on purpose is checked by its type and the stable part of its meaning, so that
+    `python3 course.py compat` can tell it from a real failure on a torch that words it differently."""
+    from hooktutor.compat import error_problem, expected_error
+
+    for c in load(path).cells:
+        if c.cell_type != "code":
+            continue
+        spec = expected_error(c)
+        if "raises-exception" not in tags(c):
+            assert spec is None, f"{path.name}: expect_error without the raises-exception tag:\n{c.source[:200]}"
+            continue
+        errors = [o for o in c.outputs if o.output_type == "error"]
+        problem = error_problem(spec, errors[0].ename if errors else None, errors[0].evalue if errors else None)
+        assert problem is None, f"{path.name}: {problem}\n{c.source[:200]}"
+        assert set(spec) == {"type", "match"} and re.compile(spec["match"]), spec
+
+
+def test_version_dependent_claims_are_marked_and_checked_in_their_lessons():
+    """Each behaviour in hooktutor/versions.py: its lessons say since which torch, and key a check on it."""
+    from hooktutor import versions
+
+    texts = {p.stem: load(p) for p in NOTEBOOKS}
+    used = {m for nb in texts.values() for c in nb.cells if c.cell_type == "code"
+            for m in re.findall(r"versions\.expected\(\"([\w-]+)\"\)", c.source)}
+    assert used <= set(versions.CLAIMS), f"unregistered claims: {used - set(versions.CLAIMS)}"
+    for claim in versions.CLAIMS.values():
+        major_minor = ".".join(claim.since.split(".")[:2])
+        for lesson in claim.lessons:
+            assert lesson in texts, f"{claim.id}: no notebook {lesson}"
+        if claim.kind != "behaviour":
+            continue
+        for lesson in claim.lessons:
+            cells = texts[lesson].cells
+            assert any(f'versions.expected("{claim.id}")' in c.source for c in cells if c.cell_type == "code"), \
+                f"{lesson}: no cell checks {claim.id} through versions.expected"
+            assert any(re.search(rf"(since|before) (torch )?{re.escape(major_minor)}\b", c.source) for c in cells), \
+                f"{lesson}: does not say 'since torch {major_minor}' for {claim.id}"

@@ -1,0 +1,291 @@
+"""Do the lessons hold on other torch releases? The worker of ``python3 course.py compat``.
+
+Stored outputs are made with the pinned torch and compared by strict nbval; on any other
+torch a repr or an error text may differ while every claim still holds. So here nothing
+stored is compared. Instead each notebook is executed in a fresh kernel and
+
+* every code cell without the ``raises-exception`` tag must run without an error (its
+  asserts are the lesson's checks);
+* every tagged cell must raise the error its metadata declares: the exception's type and a
+  regular expression on the stable part of its message, never the whole text::
+
+      "metadata": {"tags": ["raises-exception"],
+                   "hooktutor": {"expect_error": {"type": "RuntimeError",
+                                                  "match": "is a view and is being modified inplace"}}}
+
+Cells whose text output differs from the stored one are listed (drift), not failed.
+
+    python -m hooktutor.compat run RESULT.json [NOTEBOOK...]   # in the environment to test
+    python -m hooktutor.compat report OUT.md RESULT.json...     # the table, from every result
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+TEXT_TYPES = ("text/plain", "text/html", "text/latex", "text/markdown")
+
+
+# --- the metadata of an intended error --------------------------------------------------------------
+
+def tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def expected_error(cell) -> dict | None:
+    """The ``{"type": ..., "match": ...}`` a cell tagged raises-exception declares, or None."""
+    spec = cell.get("metadata", {}).get("hooktutor", {}).get("expect_error")
+    return dict(spec) if spec else None
+
+
+def error_problem(spec: dict | None, ename: str | None, evalue: str | None) -> str | None:
+    """Why an error (``ename``, ``evalue``; None when the cell raised nothing) does not satisfy ``spec``."""
+    if not spec or not spec.get("type") or not spec.get("match"):
+        return "tagged raises-exception but declares no metadata.hooktutor.expect_error {type, match}"
+    if ename is None:
+        return f"should raise {spec['type']} but raised nothing"
+    if ename != spec["type"]:
+        return f"should raise {spec['type']} but raised {ename}: {evalue}"
+    if not re.search(spec["match"], evalue or ""):
+        return f"raised {ename}, but its message does not match /{spec['match']}/: {evalue}"
+    return None
+
+
+# --- outputs, compared the way nbval compares them ---------------------------------------------------
+
+def sanitizers() -> list[tuple[re.Pattern, str]]:
+    cfg = ROOT / "tests" / "sanitize.cfg"
+    text = cfg.read_text() if cfg.exists() else ""
+    return [(re.compile(r), s) for r, s in re.findall(r"^regex: (.*)$\n^replace: (.*)$", text, flags=re.M)]
+
+
+def comparable(outputs: list, subs: list[tuple[re.Pattern, str]]) -> str:
+    parts: list[str] = []
+    last_stream = None
+    for o in outputs:
+        if o["output_type"] == "stream":
+            if last_stream == o["name"]:
+                parts[-1] += o["text"]
+            else:
+                parts.append(f"{o['name']}: {o['text']}")
+            last_stream = o["name"]
+            continue
+        last_stream = None
+        if o["output_type"] == "error":
+            parts.append(f"error: {o['ename']}: {o['evalue']}")
+        else:
+            parts.extend(f"{m}: {o['data'][m]}" for m in TEXT_TYPES if m in o.get("data", {}))
+    text = "\n".join(parts)
+    for pattern, replacement in subs:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+def execute(path: Path) -> dict:
+    """Execute one notebook in a fresh kernel of this environment; check every cell; note the drift."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    stored = nbformat.read(path, as_version=4)
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+    client = NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                            shutdown_kernel="immediate", resources={"metadata": {"path": str(path.parent)}})
+    start = time.perf_counter()
+    try:
+        client.execute()
+        crashed = ""
+    except Exception as exc:  # a dead kernel or a timeout: report it with the cells that did run
+        crashed = f"{type(exc).__name__}: {str(exc)[:300]}"
+    seconds = time.perf_counter() - start
+    subs = sanitizers()
+    failures, drift = [], []
+    for index, (cell, old) in enumerate(zip(nb.cells, stored.cells)):
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue
+        errors = [o for o in cell.get("outputs", []) if o["output_type"] == "error"]
+        ename, evalue = (errors[0]["ename"], errors[0]["evalue"]) if errors else (None, None)
+        if "raises-exception" in tags(cell):
+            problem = error_problem(expected_error(cell), ename, evalue)
+        else:
+            problem = f"raised {ename}: {evalue}" if errors else None
+        if problem:
+            failures.append({"cell": index, "problem": problem[:600]})
+        if "nbval-ignore-output" not in tags(cell) and \
+                comparable(cell.get("outputs", []), subs) != comparable(old.get("outputs", []), subs):
+            drift.append(index)
+    if crashed:
+        failures.append({"cell": None, "problem": crashed})
+    return {"ok": not failures, "seconds": round(seconds, 1), "failures": failures, "drift": drift}
+
+
+def run(result_file: Path, paths: list[Path]) -> int:
+    import numpy
+    import torch
+
+    from . import versions
+
+    result = {
+        "torch": torch.__version__, "numpy": numpy.__version__, "python": platform.python_version(),
+        "notebooks": {}, "claims": [], "tests": None,
+    }
+    for path in paths:
+        print(f"[compat] torch {torch.__version__}: executing {path.name}", flush=True)
+        outcome = execute(path)
+        result["notebooks"][path.stem] = outcome
+        for f in outcome["failures"]:
+            print(f"[compat]   FAIL cell [{f['cell']}]: {f['problem'][:300]}", flush=True)
+    result["claims"] = versions.probe_all()
+    for row in result["claims"]:
+        if not row["agrees"]:
+            print(f"[compat]   probe {row['id']} contradicts the registry: expected {row['expected']}, "
+                  f"observed {row['observed']} {row['error']}", flush=True)
+    result_file.write_text(json.dumps(result, indent=1) + "\n")
+    ok = all(n["ok"] for n in result["notebooks"].values()) and all(r["agrees"] for r in result["claims"])
+    return 0 if ok else 1
+
+
+# --- the report ------------------------------------------------------------------------------------
+
+def _cells(indices: list) -> str:
+    return ", ".join(f"[{i}]" for i in indices)
+
+
+def report(out: Path, result_files: list[Path], pinned: str = "") -> int:
+    from . import versions
+
+    results = [json.loads(p.read_text()) for p in result_files]
+    results.sort(key=lambda r: versions.version_tuple(r["torch"]))
+    lessons = sorted({stem for r in results for stem in r["notebooks"]})
+    today = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+
+    def label(r: dict) -> str:
+        tag = " (pinned)" if pinned and versions.version_tuple(r["torch"]) == versions.version_tuple(pinned) else ""
+        return f"torch {r['torch']}{tag}"
+
+    lines = [
+        "# The lessons on each torch release",
+        "",
+        "<!-- Generated by `python3 course.py compat`; do not edit by hand, run it again. -->",
+        "",
+        f"Generated by `python3 course.py compat` on {today}, with Python {results[0]['python']} on "
+        f"{platform.system()} {platform.machine()}. Tested: "
+        + "; ".join(f"{label(r)} with NumPy {r['numpy']}" for r in results) + ".",
+        "",
+        "Every notebook was executed top to bottom in a fresh kernel of each environment. A lesson passes "
+        "when every cell without the `raises-exception` tag runs without an error (its asserts are the "
+        "lesson's checks) and every tagged cell raises the type and matches the message pattern its "
+        "metadata declares. Stored outputs are not compared here (strict nbval does that for the pinned "
+        "torch); the cells whose text differs from the stored one are listed under *Drift*.",
+        "",
+        "## Lessons",
+        "",
+        "| lesson | " + " | ".join(label(r) for r in results) + " |",
+        "|---|" + "---|" * len(results),
+    ]
+    failed = False
+    for stem in lessons:
+        row = []
+        for r in results:
+            n = r["notebooks"].get(stem)
+            if n is None:
+                row.append("not run")
+            elif n["ok"]:
+                row.append(f"pass ({n['seconds']:.1f} s)")
+            else:
+                failed = True
+                row.append(f"**FAIL**: cells {_cells([f['cell'] for f in n['failures']])}")
+        lines.append(f"| `{stem}` | " + " | ".join(row) + " |")
+    test_row = []
+    for r in results:
+        if r.get("tests") is None:
+            test_row.append("run by `python3 course.py test`")
+        else:
+            failed |= r["tests"] != 0
+            test_row.append("pass" if r["tests"] == 0 else f"**FAIL** (pytest exit {r['tests']})")
+    lines.append("| library tests (`tests/`, not `course_env`) | " + " | ".join(test_row) + " |")
+    probe_row = []
+    for r in results:
+        bad = [c["id"] for c in r["claims"] if not c["agrees"]]
+        failed |= bool(bad)
+        probe_row.append("agree" if not bad else "**CONTRADICT**: " + ", ".join(bad))
+    lines.append("| probes of the claims below | " + " | ".join(probe_row) + " |")
+
+    failures = [f"- {label(r)}, `{stem}` cell [{f['cell']}]: {f['problem'][:300]}"
+                for r in results for stem, n in r["notebooks"].items() for f in n["failures"]]
+    failures += [f"- {label(r)}, library test `{t}`" for r in results for t in r.get("test_failures", [])]
+    if failures:
+        lines += ["", "### Failures", "", *failures]
+
+    lines += [
+        "",
+        "## What differs between releases",
+        "",
+        "Registered in `hooktutor/versions.py`. Each lesson cell concerned says \"since torch 2.x\" and "
+        "checks the behaviour of the installed torch through `versions.expected(...)`; the probe of each "
+        "claim ran on every tested release and its answer is shown below.",
+    ]
+    for c in versions.CLAIMS.values():
+        seen = []
+        for r in results:
+            row = next((x for x in r["claims"] if x["id"] == c.id), None)
+            if row is None:
+                seen.append(f"{r['torch']}: not probed")
+            else:
+                what = {True: "new", False: "old", None: "probe failed"}[row["observed"]]
+                seen.append(f"{r['torch']}: {what}{'' if row['agrees'] else ' (CONTRADICTS the registry)'}")
+        lines += [
+            "",
+            f"### `{c.id}` (since torch {c.since})",
+            "",
+            f"- **Lessons**: {', '.join(f'`{x}`' for x in c.lessons)}; {c.where}.",
+            f"- **Before torch {c.since}**: {c.before}.",
+            f"- **Since torch {c.since}**: {c.after}.",
+            f"- **Kind**: {'a claim the lesson teaches' if c.kind == 'behaviour' else 'the wording of an error a lesson shows'}.",  # noqa: E501
+            f"- **How the version was established**: {c.evidence}.",
+            f"- **Observed**: {'; '.join(seen)}.",
+        ]
+
+    lines += [
+        "",
+        "## Drift: cells whose text output differs from the stored one",
+        "",
+        "Not failures: a repr, a warning or an error text that reads differently on that release. After the "
+        "sanitize rules of `tests/sanitize.cfg`; cells tagged `nbval-ignore-output` are left out.",
+        "",
+    ]
+    for r in results:
+        drifted = [f"`{stem}` {_cells(n['drift'])}" for stem, n in r["notebooks"].items() if n["drift"]]
+        lines.append(f"- {label(r)}: " + ("; ".join(drifted) if drifted else "none") + ".")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"[compat] wrote {out}", flush=True)
+    return 1 if failed else 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "run":
+        paths = [Path(p).resolve() for p in argv[2:]] or sorted(NOTEBOOKS.glob("*.ipynb"))
+        return run(Path(argv[1]), paths)
+    if len(argv) >= 3 and argv[0] == "report":
+        rest, pinned = argv[2:], ""
+        if rest and rest[0].startswith("--pinned="):
+            pinned, rest = rest[0].split("=", 1)[1], rest[1:]
+        return report(Path(argv[1]), [Path(p) for p in rest], pinned)
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

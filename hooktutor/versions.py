@@ -1,0 +1,248 @@
+"""What changes from one torch release to the next, for the lessons that depend on it.
+
+The course runs on every torch that ``pyproject.toml`` admits (2.1.2 and newer). Where a
+lesson's claim or an error text it shows differs between releases, it is registered here,
+once: what the behaviour was before, what it is since, the first release that has the new
+one, and a probe that tells which of the two the installed torch shows. A lesson cell
+keys its expectation on the installed version and asserts the behaviour it sees::
+
+    from hooktutor import versions
+    if versions.expected("legacy-hook-future-warning"):   # since torch 2.4
+        ...
+
+``python3 course.py compat`` runs every probe on each tested torch and fails when a probe
+contradicts the registry; ``python -m hooktutor.versions`` prints them for this torch.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    kind: str          # "behaviour": a lesson teaches it; "wording": the text of an error a lesson shows
+    lessons: tuple[str, ...]
+    where: str         # the cells, in words
+    before: str        # what torch did before `since`
+    after: str         # what it does from `since` on
+    since: str         # the first torch release that does `after`
+    evidence: str      # how `since` was established
+    probe: Callable[[], bool]  # True when the installed torch does `after`
+
+
+def version_tuple(version: str) -> tuple[int, int, int]:
+    """``"2.13.0+cpu"`` -> ``(2, 13, 0)``."""
+    parts = [int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3]]
+    return tuple((parts + [0, 0, 0])[:3])  # type: ignore[return-value]
+
+
+def installed() -> str:
+    import torch
+    return torch.__version__
+
+
+# --- probes: each builds the smallest case and reports whether the new behaviour shows --------------
+
+def _legacy_hook_future_warning() -> bool:
+    import torch
+    from torch import nn
+
+    lin = nn.Linear(3, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with lin.register_backward_hook(lambda m, gi, go: None):
+            lin(torch.ones(1, 3)).sum().backward()
+    found = [w.category for w in caught if "non-full backward hook" in str(w.message)]
+    assert found, "the legacy backward hook gave no warning at all"
+    return found[0] is FutureWarning
+
+
+def _full_hook_no_input_warning() -> bool:
+    import torch
+    from torch import nn
+
+    lin = nn.Linear(2, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with lin.register_full_backward_hook(lambda m, gi, go: None):
+            lin(torch.ones(1, 2)).sum().backward()
+    return any(str(w.message).startswith("Full backward hook is firing") for w in caught)
+
+
+def _compile_skips_late_hook() -> bool:
+    import torch
+    import torch._dynamo
+    from torch import nn
+
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2))
+    compiled = torch.compile(model, backend="eager")
+    x = torch.ones(1, 2)
+    compiled(x)
+    fired = []
+    try:
+        with model[2].register_forward_hook(lambda m, a, o: fired.append(True)):
+            compiled(x)
+    finally:
+        torch._dynamo.reset()
+    return not fired
+
+
+def _error_names_forward_op() -> bool:
+    import torch
+    from torch import nn
+
+    net = nn.Sequential(nn.Linear(2, 2), nn.ReLU(inplace=True))
+    with net[0].register_full_backward_hook(lambda m, gi, go: None):
+        try:
+            net(torch.ones(1, 2))
+        except RuntimeError as error:
+            message = str(error)
+    assert "is a view and is being modified inplace" in message, message
+    return message.startswith("Output 0 of BackwardHookFunction is")
+
+
+def _addmm_prefix() -> bool:
+    import torch
+
+    try:
+        torch.nn.functional.linear(torch.zeros(2, 5), torch.zeros(16, 8), torch.zeros(16))
+    except RuntimeError as error:
+        message = str(error)
+    assert "mat1 and mat2 shapes cannot be multiplied" in message, message
+    return message.startswith("addmm: ")
+
+
+CLAIMS: dict[str, Claim] = {c.id: c for c in [
+    Claim(
+        id="legacy-hook-future-warning",
+        kind="behaviour",
+        lessons=("04_backward_hooks",),
+        where="section 7 (the legacy hook side by side with a full one, and the warning it gives)",
+        before="the legacy `register_backward_hook` warns that it misses gradients with a `UserWarning`",
+        after="the same warning is a `FutureWarning` (shown by default, a removal is announced)",
+        since="2.4.0",
+        evidence="torch/nn/modules/module.py, `_maybe_warn_non_full_backward_hook`: its `warnings.warn` call "
+                 "gives no category (so a UserWarning) up to the 2.3.1 wheel and `FutureWarning` from the 2.4.0 "
+                 "wheel on",
+        probe=_legacy_hook_future_warning,
+    ),
+    Claim(
+        id="full-hook-no-input-warning",
+        kind="behaviour",
+        lessons=("04_backward_hooks",),
+        where="section 2 (the first layer's full hook) and the claim '`grad_input` is `None` for inputs that do "
+              "not require grad'",
+        before="a full backward hook that fires on the module's outputs, because no input requires grad, "
+               "does so silently",
+        after="it fires the same way and warns once: a `UserWarning` 'Full backward hook is firing when "
+              "gradients are computed with respect to module outputs ...'",
+        since="2.8.0",
+        evidence="torch/utils/hooks.py, `BackwardHook._set_user_hook`: the warning is absent from the 2.7.1 "
+                 "wheel and present in the 2.8.0 wheel (pytorch/pytorch#155339)",
+        probe=_full_hook_no_input_warning,
+    ),
+    Claim(
+        id="compile-skips-late-hook",
+        kind="behaviour",
+        lessons=("02_forward_hooks",),
+        where="section 10, 'A hook added after compiling may silently not fire'",
+        before="a forward hook added after the first compiled call, on a built-in layer that had no hook, "
+               "fires: the compiled graph calls the layer as a module (`call_module`), hooks included",
+        after="the compiled graph inlines built-in layers (`F.linear`, ...), so that late hook does not fire "
+              "until `torch._dynamo.reset()` and a new compile",
+        since="2.5.0",
+        evidence="torch/_dynamo/config.py: `inline_inbuilt_nn_modules` defaults to False (opt-in by environment "
+                 "variable) up to the 2.4.1 wheel and to True from the 2.5.0 wheel on; the probe was run on "
+                 "2.4.1 (fires) and 2.5.1 (does not fire)",
+        probe=_compile_skips_late_hook,
+    ),
+    Claim(
+        id="error-names-forward-op",
+        kind="wording",
+        lessons=("03_changing_outputs", "04_backward_hooks", "05_inplace_relu_pitfall"),
+        where="the in-place errors: 03 section 5, 04 section 9, 05 section 3 and 'Try it live'",
+        before="autograd's in-place errors name the backward node: 'Output 0 of BackwardHookFunctionBackward "
+               "is a view ...', '... which is output 0 of SigmoidBackward0, is at version 1 ...'",
+        after="they name the forward operation: 'Output 0 of BackwardHookFunction is a view ...', "
+              "'... which is output 0 of Sigmoid, is at version 1 ...'",
+        since="2.13.0",
+        evidence="`Node::forward_op_name` (pytorch/pytorch#180383, April 2026) is absent from libtorch_cpu.so "
+                 "up to the 2.12.1 wheel and present from the 2.13.0 wheel on",
+        probe=_error_names_forward_op,
+    ),
+    Claim(
+        id="addmm-error-prefix",
+        kind="wording",
+        lessons=("02_forward_hooks",),
+        where="section 4 (`always_call`): the shape error of `fc1`",
+        before="'mat1 and mat2 shapes cannot be multiplied (2x5 and 8x16)'",
+        after="the same text after the operator's name: 'addmm: mat1 and mat2 shapes cannot be multiplied ...'",
+        since="2.15.0",
+        evidence="the message's format string in libtorch_cpu.so is 'mat1 and mat2 shapes cannot be multiplied (' "
+                 "up to the 2.14.1 wheel and ': mat1 and mat2 ...', after the operator's name, in the 2.15.0 wheel",
+        probe=_addmm_prefix,
+    ),
+]}
+
+
+def claim(claim_id: str) -> Claim:
+    try:
+        return CLAIMS[claim_id]
+    except KeyError:
+        raise KeyError(f"{claim_id!r} is not a registered claim; known: {', '.join(CLAIMS)}") from None
+
+
+def expected(claim_id: str, version: str | None = None) -> bool:
+    """True when torch ``version`` (default: the installed one) should show the claim's new behaviour."""
+    return version_tuple(version or installed()) >= version_tuple(claim(claim_id).since)
+
+
+def observed(claim_id: str) -> bool:
+    """Run the claim's probe on the installed torch: True when it shows the new behaviour."""
+    return bool(claim(claim_id).probe())
+
+
+def check(claim_id: str) -> bool:
+    """The probe's answer, after asserting that it agrees with the registry for this torch."""
+    seen, want = observed(claim_id), expected(claim_id)
+    assert seen == want, (
+        f"torch {installed()}: {claim_id} shows the {'new' if seen else 'old'} behaviour, but the registry "
+        f"says it starts in {claim(claim_id).since}; fix hooktutor/versions.py")
+    return seen
+
+
+def probe_all() -> list[dict]:
+    """Every claim's probe on the installed torch, as rows for ``course.py compat``."""
+    rows = []
+    for c in CLAIMS.values():
+        try:
+            seen: bool | None = observed(c.id)
+            error = ""
+        except Exception as exc:  # a probe that breaks is reported, not hidden
+            seen, error = None, f"{type(exc).__name__}: {exc}"
+        rows.append({"id": c.id, "observed": seen, "expected": expected(c.id), "error": error,
+                     "agrees": seen is not None and seen == expected(c.id)})
+    return rows
+
+
+def main(argv: list[str]) -> int:
+    rows = probe_all()
+    if "--json" in argv:
+        print(json.dumps({"torch": installed(), "claims": rows}))
+    else:
+        for r in rows:
+            print(f"{'ok  ' if r['agrees'] else 'FAIL'} {r['id']}: new behaviour expected {r['expected']}, "
+                  f"observed {r['observed']} {r['error']}")
+    return 0 if all(r["agrees"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
