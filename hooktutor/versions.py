@@ -50,29 +50,29 @@ def installed() -> str:
 
 # --- probes: each builds the smallest case and reports whether the new behaviour shows --------------
 
-def _legacy_hook_future_warning() -> bool:
-    import torch
-    from torch import nn
-
-    lin = nn.Linear(3, 2)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with lin.register_backward_hook(lambda m, gi, go: None):
-            lin(torch.ones(1, 3)).sum().backward()
-    found = [w.category for w in caught if "non-full backward hook" in str(w.message)]
-    assert found, "the legacy backward hook gave no warning at all"
-    return found[0] is FutureWarning
-
-
-def _full_hook_no_input_warning() -> bool:
+def _warnings_through_backward(register) -> list:
+    """The warnings of one forward and backward through a ``Linear`` whose input needs no grad,
+    with the hook that ``register(linear)`` attaches (its handle is removed afterwards)."""
     import torch
     from torch import nn
 
     lin = nn.Linear(2, 2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with lin.register_full_backward_hook(lambda m, gi, go: None):
+        with register(lin):
             lin(torch.ones(1, 2)).sum().backward()
+    return caught
+
+
+def _legacy_hook_future_warning() -> bool:
+    caught = _warnings_through_backward(lambda lin: lin.register_backward_hook(lambda m, gi, go: None))
+    found = [w.category for w in caught if "non-full backward hook" in str(w.message)]
+    assert found, "the legacy backward hook gave no warning at all"
+    return found[0] is FutureWarning
+
+
+def _full_hook_no_input_warning() -> bool:
+    caught = _warnings_through_backward(lambda lin: lin.register_full_backward_hook(lambda m, gi, go: None))
     return any(str(w.message).startswith("Full backward hook is firing") for w in caught)
 
 
@@ -167,8 +167,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="error-names-forward-op",
         kind="wording",
-        lessons=("03_changing_outputs", "04_backward_hooks", "05_inplace_relu_pitfall"),
-        where="the in-place errors: 03 section 5, 04 section 9, 05 section 3 and 'Try it live'",
+        lessons=("03_changing_outputs", "04_backward_hooks", "05_inplace_relu_pitfall", "07_capstone"),
+        where="the in-place errors: 03 section 5, 04 section 9, 05 section 3 and 'Try it live', 07 Grad-CAM "
+              "next to in-place ReLUs",
         before="autograd's in-place errors name the backward node: 'Output 0 of BackwardHookFunctionBackward "
                "is a view ...', '... which is output 0 of SigmoidBackward0, is at version 1 ...'",
         after="they name the forward operation: 'Output 0 of BackwardHookFunction is a view ...', "
