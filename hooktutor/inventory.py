@@ -385,6 +385,24 @@ def list_hooks(module: nn.Module, *, include_global: bool = True) -> HookTable:
     return HookTable(rows, type(module).__name__)
 
 
+_KIND_DICTS = {kind: attr for attr, kind in (*MODULE_HOOK_DICTS, *TENSOR_HOOK_DICTS)}
+_GLOBAL_KIND_DICTS = {kind: attr for attr, kind in GLOBAL_HOOK_DICTS}
+
+
+def hook_ids(obj: nn.Module | torch.Tensor | None, kind: str) -> set[int]:
+    """The handle ids of the hooks of one ``kind`` attached right now: to a module
+    (``forward_pre``, ``forward``, ``backward_pre``, ``backward``), to a tensor (``tensor``,
+    ``post_accumulate``), or globally (``obj=None``, module kinds). For checks that must know
+    what is attached while a model runs (the exercise kit's witnesses), without reading torch's
+    private dicts outside this module."""
+    if obj is None:
+        return set(getattr(_module_mod, _GLOBAL_KIND_DICTS[kind], None) or {})
+    attr = _KIND_DICTS.get(kind)
+    if attr is None:
+        raise ValueError(f"unknown hook kind {kind!r}; one of {', '.join(_KIND_DICTS)}")
+    return set(getattr(obj, attr, None) or {})
+
+
 def global_hook_ids() -> set[tuple[str, int]]:
     """The ids of the global module hooks attached right now (for leak checks)."""
     return {(attr, hid) for attr, _ in GLOBAL_HOOK_DICTS for hid in getattr(_module_mod, attr)}

@@ -83,6 +83,21 @@ def _grade_source(source: str, where: str) -> str:
     return source.replace(".check(", ".grade(")
 
 
+HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+
+
+def _with_hidden_tests(source: str, where: str) -> str:
+    """The grade cell of the nbgrader source, plus nbgrader's hidden tests: the same grade call
+    with ``hidden=True``, which also runs the exercise's hidden cases. ``generate_assignment``
+    removes the block from the release (so it equals the student edition) and ``autograde``
+    puts it back, so a graded answer meets cases the learner never saw."""
+    calls = re.findall(r"^(\s*)(.*\.grade\(\s*\w+\s*)\)\s*$", source, flags=re.M)
+    if not calls:
+        raise MarkingError(f"{where}: a check cell must end in ex.<name>.check(answer)")
+    hidden = "\n".join(f"{indent}{call}, hidden=True)" for indent, call in calls)
+    return f"{source.rstrip()}\n{HIDDEN_BEGIN}\n{hidden}\n{HIDDEN_END}"
+
+
 def _nbgrader_meta(kind: str, grade_id: str) -> dict:
     meta = {"grade_id": grade_id, "schema_version": SCHEMA_VERSION, "task": False}
     if kind == "solution":
@@ -117,6 +132,8 @@ def convert(nb, stem: str, *, keep_solutions: bool):
             name = match.group(1) if match else f"check{index}"
             grade_id = f"{stem}-check-{name}"
             cell.source = _grade_source(cell.source, where)
+            if keep_solutions:   # the nbgrader source: hidden tests too
+                cell.source = _with_hidden_tests(cell.source, where)
             cell.metadata["nbgrader"] = _nbgrader_meta("grade", grade_id)
         else:
             continue

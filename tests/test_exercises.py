@@ -29,12 +29,35 @@ def test_solution_passes_quickly_and_leaves_no_hooks(key):
 
 
 @pytest.mark.parametrize("key", sorted(EXERCISES))
-def test_each_exercise_has_hints_solution_and_two_wrong_answers(key):
+def test_each_exercise_has_hints_solution_three_wrong_answers_and_a_hidden_case(key):
     ex = EXERCISES[key]
-    assert len(ex.cases) >= 2, "at least two hidden cases"
+    assert len(ex.cases) >= 2, "at least two cases"
     assert len(ex.hints) >= 2, "at least two hints"
-    assert len(ex.wrong_answers) >= 2, "at least two typical wrong answers, proved rejected"
+    assert len(ex.wrong_answers) >= 3, "at least three typical wrong answers, proved rejected"
+    assert ex.hidden_cases, "at least one hidden case, for nbgrader's hidden tests"
+    assert ex.hidden_wrong_answers, "at least one wrong answer that only the hidden cases catch"
     assert f"def {ex.answer_name}(" in repr(ex.solution())
+
+
+@pytest.mark.parametrize("key", sorted(EXERCISES))
+def test_the_solution_passes_the_hidden_cases_too(key):
+    ex = EXERCISES[key]
+    report = ex.check(ex.reference, hidden=True)
+    assert report.passed, repr(report)
+    assert len(report.results) == len(ex.cases) + len(ex.hidden_cases)
+
+
+HIDDEN_WRONG = [(key, label, fn, mentions) for key, ex in EXERCISES.items()
+                for label, fn, mentions in ex.hidden_wrong_answers]
+
+
+@pytest.mark.parametrize("key, label, fn, mentions", HIDDEN_WRONG, ids=[f"{k}: {lbl}" for k, lbl, _, _ in HIDDEN_WRONG])
+def test_hidden_wrong_answer_passes_the_visible_cases_and_fails_the_hidden_ones(key, label, fn, mentions):
+    ex = EXERCISES[key]
+    assert ex.check(fn).passed, f"{key}: '{label}' should pass the visible cases (that is its point)"
+    report = ex.check(fn, hidden=True)
+    assert not report.passed, f"{key}: the hidden cases accepted '{label}'"
+    assert mentions in report.text, f"{key}: the report for '{label}' should mention {mentions!r}:\n{report.text}"
 
 
 @pytest.mark.parametrize("key, label, fn, mentions", WRONG, ids=[f"{k}: {lbl}" for k, lbl, _, _ in WRONG])
@@ -42,6 +65,9 @@ def test_wrong_answer_is_rejected_with_a_message_naming_the_mistake(key, label, 
     report = EXERCISES[key].check(fn)
     assert not report.passed, f"{key} accepted the wrong answer '{label}'"
     assert mentions in report.text, f"{key}: the report for '{label}' should mention {mentions!r}:\n{report.text}"
+    # never a bare error from inside the check: a value it cannot use comes with its cause named
+    if report.failure is not None and report.failure.status == "unusable":
+        assert report.failure.detail.get("why"), f"{key}: '{label}' crashed the check without a nudge"
 
 
 @pytest.mark.parametrize("key", sorted(EXERCISES))
@@ -124,7 +150,7 @@ def test_a_pytorch_hook_added_by_the_answer_is_no_leak_and_stays_but_a_user_hook
 
     report = ex.check(prunes_then_counts)
     assert report.passed, repr(report)
-    assert len(pruned) == 3
+    assert len(pruned) == len(ex.cases)   # every visible case ran, each on its own layer
     for layer in pruned:
         (row,) = ht.list_hooks(layer)
         assert (row.kind, row.owner, row.mechanism) == ("forward_pre", "pytorch", "prune")

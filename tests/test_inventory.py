@@ -433,3 +433,26 @@ def test_a_custom_pruning_method_counts_as_prune_and_stays():
     assert ht.remove_hooks(model) == 0
     train_steps(model, 2)
     assert torch.all(model.fc2.weight.view(-1)[::2] == 0)
+
+
+def test_hook_ids_reports_what_is_attached_by_kind():
+    from hooktutor.inventory import hook_ids
+
+    model = MLP(seed=0)
+    fwd = model.fc1.register_forward_hook(noop)
+    pre = model.fc1.register_forward_pre_hook(noop)
+    tensor = model.fc1.weight.register_hook(noop)
+    post = model.fc1.weight.register_post_accumulate_grad_hook(noop)
+    glob = module_mod.register_module_forward_hook(noop)
+    try:
+        assert hook_ids(model.fc1, "forward") == {fwd.id} and hook_ids(model.fc1, "forward_pre") == {pre.id}
+        assert hook_ids(model.fc2, "forward") == set() and hook_ids(model.fc1, "backward") == set()
+        assert hook_ids(model.fc1.weight, "tensor") == {tensor.id}
+        assert hook_ids(model.fc1.weight, "post_accumulate") == {post.id}
+        assert glob.id in hook_ids(None, "forward")
+        with pytest.raises(ValueError, match="unknown hook kind 'fwd'"):
+            hook_ids(model.fc1, "fwd")
+    finally:
+        for handle in (fwd, pre, tensor, post, glob):
+            handle.remove()
+    assert hook_ids(model.fc1, "forward") == set() and hook_ids(model.fc1.weight, "tensor") == set()

@@ -1,4 +1,5 @@
-"""nbgrader, for real: the generated course grades solutions full and the untouched edition zero."""
+"""nbgrader, for real: the generated course grades solutions full and the untouched edition zero,
+and its hidden tests catch an answer that passes every check the learner can run."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
+
+from hooktutor.exercises import load_all
 
 pytestmark = pytest.mark.course_env
 
@@ -39,10 +43,21 @@ def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_editio
 
     run("generate_assignment", lesson, "--force")
     release = course / "release" / lesson / f"{lesson}.ipynb"
+    assert "HIDDEN TESTS" in (course / "source" / lesson / f"{lesson}.ipynb").read_text()
+    assert "HIDDEN TESTS" not in release.read_text(), "the release must not show the hidden tests"
     for who, notebook in (("solved", course / "source" / lesson / f"{lesson}.ipynb"), ("untouched", release)):
         folder = course / "submitted" / who / lesson
         folder.mkdir(parents=True)
         shutil.copy(notebook, folder / f"{lesson}.ipynb")
+    # an answer that passes every check the learner can run, and only the hidden tests catch
+    ex = load_all()["start_here.count_calls"]
+    assert ex.check(VISIBLE_ONLY_ANSWER).passed and not ex.check(VISIBLE_ONLY_ANSWER, hidden=True).passed
+    tuned = nbformat.read(release, as_version=4)
+    (answer_cell,) = [c for c in tuned.cells if "solution" in c.metadata.get("tags", [])]
+    answer_cell.source = VISIBLE_ONLY_SOURCE
+    folder = course / "submitted" / "tuned" / lesson
+    folder.mkdir(parents=True)
+    nbformat.write(tuned, folder / f"{lesson}.ipynb")
     log = run("autograde", lesson, "--create", "--force")
     assert "ERROR" not in log.stdout + log.stderr
 
@@ -54,3 +69,12 @@ def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_editio
         assert solved.max_score > 0
         assert solved.score == solved.max_score
         assert untouched.score == 0
+        assert gb.find_submission(lesson, "tuned").score == 0, "the hidden tests should fail the tuned answer"
+
+
+VISIBLE_ONLY_SOURCE = '''def count_calls(model, x, layer):
+    """Counts where the layer sits in the model, not how often it runs."""
+    return sum(1 for _, m in model.named_modules(remove_duplicate=False) if m is layer)'''
+_namespace: dict = {}
+exec(VISIBLE_ONLY_SOURCE, _namespace)
+VISIBLE_ONLY_ANSWER = _namespace["count_calls"]

@@ -15,9 +15,11 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from ..data import blobs
 from ..models import MLP, TwoInputNet, seeded
+from . import kit
 from .core import Exercise, Tester
 
 # The two warnings a learner's (or a typical wrong) answer may trigger; a check reports the
@@ -42,6 +44,58 @@ def _sigmoid_stack(depth: int, width: int = 16, *, seed: int) -> nn.Sequential:
             layers[f"act{i}"] = nn.Sigmoid()
         layers["head"] = nn.Linear(width, 1)
     return nn.Sequential(layers)
+
+
+def _nested_sigmoid_stack(depth: int, width: int = 16, *, seed: int) -> nn.Sequential:
+    """``blocks.0.fc blocks.0.act ... blocks.N.fc blocks.N.act head``: the sigmoid stack with
+    every Linear but ``head`` one level down, where ``named_children()`` does not look."""
+    blocks: OrderedDict[str, nn.Module] = OrderedDict()
+    with seeded(seed):
+        for i in range(depth):
+            blocks[str(i)] = nn.Sequential(OrderedDict([
+                ("fc", nn.Linear(8 if i == 0 else width, width)), ("act", nn.Sigmoid())]))
+        head = nn.Linear(width, 1)
+    return nn.Sequential(OrderedDict([("blocks", nn.Sequential(blocks)), ("head", head)]))
+
+
+class _Reordered(nn.Module):
+    """Defines ``head``, ``mid``, ``stem`` in that order but runs ``stem`` first: the order of
+    ``named_modules()`` is not the order of the forward (nor, reversed, of the backward)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.head = nn.Linear(16, 1)
+            self.mid = nn.Linear(16, 16)
+            self.stem = nn.Linear(8, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.sigmoid(self.mid(torch.sigmoid(self.stem(x)))))
+
+
+def _linear_output_norms(model: nn.Module, x: torch.Tensor) -> dict[str, float]:
+    """Norm of d(model(x).sum())/d(output) of every nn.Linear of any model (nested ones too),
+    from retain_grad() on a copy: no hook of the learner's kind is involved."""
+    model = copy.deepcopy(model)
+    outs: dict[str, torch.Tensor] = {}
+
+    def keep(name: str):
+        def hook(module, args, output):
+            output.retain_grad()
+            outs[name] = output
+        return hook
+
+    handles = [m.register_forward_hook(keep(n)) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    try:
+        model(x).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return {name: float(out.grad.norm()) for name, out in outs.items()}
+
+
+def _linears(model: nn.Module) -> dict[str, nn.Module]:
+    return {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
 
 
 def _reference_norms(model: nn.Sequential, x: torch.Tensor) -> dict[str, float]:
@@ -87,7 +141,7 @@ output_grad_norms = Exercise(
     task=("write output_grad_norms(model, x) that puts a full backward hook on every nn.Linear "
           "of `model`, runs model(x).sum().backward() and returns a dict: the Linear's name -> "
           "the norm (a float) of the gradient with respect to that layer's output. Every hook "
-          "must be removed afterwards"),
+          "must be removed afterwards, also when the model raises"),
     hints=[
         "Walk model.named_modules(), keep the nn.Linear ones, and attach "
         "module.register_full_backward_hook(hook) to each; keep every handle in a list.",
@@ -110,13 +164,17 @@ output_grad_norms = Exercise(
 
 
 def _check_norms(answer: Callable, t: Tester, model: nn.Sequential, x: torch.Tensor, what: str) -> None:
-    expected = _reference_norms(model, x)
+    expected = _linear_output_norms(model, x)
     with _quiet():
         got = answer(model, x)
-    t.expect(isinstance(got, dict), what=what, expected="a dict name -> float", got=type(got).__name__,
-             nudge="return the dict you filled in the hooks")
-    t.expect(sorted(got) == sorted(expected), what=f"the names in {what}", expected=sorted(expected),
-             got=sorted(got), nudge="one entry per nn.Linear, keyed by its name from model.named_modules()")
+    t.expect_type(got, dict, what=what, nudge="return the dict name -> norm that your hooks filled")
+    names = sorted(str(k) for k in got)
+    missing = [n for n in expected if n not in got]
+    nested = missing and all("." in n for n in missing) and set(got) <= set(expected)
+    t.expect(names == sorted(expected), what=f"the names in {what}", expected=sorted(expected), got=names,
+             nudge=("the Linears inside submodules are missing: model.named_children() stops at the first "
+                    "level, model.named_modules() goes into every submodule" if nested else
+                    "one entry per nn.Linear, keyed by its name from model.named_modules()"))
     for name, value in expected.items():
         g = got[name]
         g = float(g) if isinstance(g, (float, int)) or (isinstance(g, torch.Tensor) and g.numel() == 1) else g
@@ -152,6 +210,33 @@ def _(answer, t: Tester) -> None:
     t.expect(first == third, what="two calls on the same model", expected=first, got=third,
              nudge="start every call with a new dict and leave no hook behind")
 
+
+@output_grad_norms.case("a nested model (Linears inside a submodule) on a 3-D input (N, T, features)")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Nested(seed=3), "the nested model")
+    x = kit.randn(2, 3, 4, seed=3)
+    linears = _linears(model)
+    with kit.HookWitness(linears) as witness:
+        _check_norms(answer, t, model, x, "output_grad_norms(nested, x)")
+    unhooked = [n for n in linears if witness.fired(n, "backward") == 0]
+    t.expect(not unhooked, what="full backward hooks attached while the model ran", expected=list(linears),
+             got=[n for n in linears if n not in unhooked],
+             nudge="the numbers are right, but not from full backward hooks: the task is to read them in "
+                   "hooks attached with module.register_full_backward_hook")
+
+
+@output_grad_norms.case("a model that raises halfway through its forward: no hook may stay", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Raising(seed=4), "the model that raises")
+    with _quiet():
+        kit.call_expecting_kit_error(answer, model, kit.randn(3, 4, seed=4))
+    # the leak check after this case reports a hook that was not removed in a finally:
+
+
+# Half-right answers (DIMENSIONS: nested, nd, repeat, raises, technique): reads grad_input;
+# leaves the hooks on; late binding puts every norm under one name; walks named_children()
+# (misses nested Linears); reads the norms from tensor hooks instead of full backward hooks;
+# forgets to return the dict; removes the hooks without finally (hidden: the model raises).
 
 @output_grad_norms.wrong("reads grad_input instead of grad_output", mentions="grad_output[0]")
 def _uses_grad_input(model, x):
@@ -191,6 +276,61 @@ def _late_binding(model, x):
     finally:
         for h in handles:
             h.remove()
+    return norms
+
+
+@output_grad_norms.wrong("walks model.named_children(): misses nested Linears", mentions="named_modules()")
+def _children_only(model, x):
+    norms, handles = {}, []
+    for name, module in model.named_children():
+        if isinstance(module, nn.Linear):
+            handles.append(module.register_full_backward_hook(
+                lambda m, gi, go, name=name: norms.__setitem__(name, go[0].norm().item())))
+    try:
+        model(x).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return norms
+
+
+@output_grad_norms.wrong("reads the gradients with tensor hooks, not full backward hooks",
+                         mentions="register_full_backward_hook")
+def _tensor_hooks_instead(model, x):
+    norms, handles = {}, []
+
+    def on_output(name):
+        def hook(module, args, output):
+            output.register_hook(lambda g: norms.__setitem__(name, g.norm().item()))
+        return hook
+
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            handles.append(module.register_forward_hook(on_output(name)))
+    try:
+        model(x).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return norms
+
+
+@output_grad_norms.wrong("forgets to return the dict", mentions="None (nothing was returned)")
+def _returns_nothing(model, x):
+    _output_grad_norms_solution(model, x)
+
+
+@output_grad_norms.wrong("removes the hooks after backward, not in a finally:", mentions="still attached",
+                         hidden=True)
+def _norms_no_finally(model, x):
+    norms, handles = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            handles.append(module.register_full_backward_hook(
+                lambda m, gi, go, name=name: norms.__setitem__(name, go[0].norm().item())))
+    model(x).sum().backward()
+    for h in handles:
+        h.remove()
     return norms
 
 
@@ -238,9 +378,9 @@ clip_input_grad = Exercise(
 
 def _handle_of(answer: Callable, t: Tester, layer: nn.Module, max_abs: float):
     handle = answer(layer, max_abs)
-    t.expect(handle is not None and hasattr(handle, "remove"), what="clip_input_grad(layer, max_abs)",
-             expected="the handle that register_full_backward_hook returned", got=handle,
-             nudge="return the handle, so that the caller can remove the hook")
+    t.expect_type(handle, RemovableHandle, what="clip_input_grad(layer, max_abs)",
+                  nudge="return the handle that register_full_backward_hook gave you, so that the caller "
+                        "can remove the hook")
     return handle
 
 
@@ -254,22 +394,32 @@ def _(answer, t: Tester) -> None:
     hidden = reference.act1(reference.fc1(x))
     hidden.register_hook(lambda g: g.clamp(-limit, limit))
     reference.head(reference.act2(reference.fc2(hidden))).sum().backward()
+    upper_only = copy.deepcopy(model)  # what clamp(max=max_abs) alone gives
+    hidden_u = upper_only.act1(upper_only.fc1(x))
+    hidden_u.register_hook(lambda g: g.clamp(max=limit))
+    upper_only.head(upper_only.act2(upper_only.fc2(hidden_u))).sum().backward()
     with _quiet():
         handle = _handle_of(answer, t, model.fc2, limit)
         try:
             model(x).sum().backward()
         finally:
             handle.remove()
+    t.expect_type(model.fc1.weight.grad, torch.Tensor, what="model.fc1.weight.grad",
+                  nudge="no gradient reached fc1: return the clamped grad_input (a detach() or a None "
+                        "where a tensor was cuts the backward pass)")
     t.expect_close(model.fc2.weight.grad, reference.fc2.weight.grad, what="model.fc2.weight.grad",
                    nudge="the hooked layer's own weight gradient changed. Change only grad_input, in a "
                          "full backward hook: the legacy register_backward_hook's grad_input also holds "
                          "the layer's bias and weight gradients")
     t.expect_close(model.fc1.weight.grad, reference.fc1.weight.grad, what="model.fc1.weight.grad",
                    nudge="the layers before fc2 must receive grad_input clamped to [-max_abs, max_abs]: "
-                         "return the clamped tuple from the hook")
+                         "return the clamped tuple from the hook",
+                   wrong={"upper only": (upper_only.fc1.weight.grad, (
+                       "only the upper side was clamped: the negative entries must be clamped to -max_abs "
+                       "too, g.clamp(-max_abs, max_abs)"))})
 
 
-@clip_input_grad.case("a module with two tensor inputs a and b, both requiring grad")
+@clip_input_grad.case("a module with two tensor inputs a and b, both requiring grad", hidden=True)
 def _(answer, t: Tester) -> None:
     net = t.track(TwoInputNet(3, seed=3), "the TwoInputNet")
     a = torch.linspace(-2, 2, 6).reshape(2, 3).requires_grad_()
@@ -285,7 +435,58 @@ def _(answer, t: Tester) -> None:
             handle.remove()
     t.expect_close(a.grad, want_a, what="a.grad", nudge="clamp grad_input[0] too")
     t.expect_close(b.grad, want_b, what="b.grad",
-                   nudge="grad_input has one entry per positional input: clamp every one of them")
+                   nudge="grad_input has one entry per positional tensor input, and b's gradient came "
+                         "through unclamped: clamp every entry of grad_input, not just grad_input[0]")
+
+
+@clip_input_grad.case("a Linear called twice in one forward: both calls clip", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Twice(seed=5), "the model that calls its block twice")
+    limit = 0.02
+    x = kit.randn(3, 4, seed=5).requires_grad_()
+    # reference: clamp the gradient of each call's input with tensor hooks, no module hook
+    a = x.detach().clone().requires_grad_()
+    a.register_hook(lambda g: g.clamp(-limit, limit))
+    inner = torch.tanh(model.block.forward(a))
+    inner.register_hook(lambda g: g.clamp(-limit, limit))
+    model.out.forward(model.block.forward(inner)).sum().backward()
+    want_x, want_w = a.grad.clone(), model.block.weight.grad.clone()
+    model.zero_grad(set_to_none=True)
+    with _quiet():
+        handle = _handle_of(answer, t, model.block, limit)
+        try:
+            model(x).sum().backward()
+        finally:
+            handle.remove()
+    t.expect_close(x.grad, want_x, what="x.grad",
+                   nudge="the hook fires once per call of the layer: clamp grad_input every time")
+    t.expect_close(model.block.weight.grad, want_w, what="model.block.weight.grad",
+                   nudge="the gradient between the two calls must be clamped too (the hook fires for the "
+                         "second call first), and the layer's own weight gradient comes from those values")
+
+
+@clip_input_grad.case("the last conv of a small CNN, on 4-D tensors (N, C, H, W)")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.conv_model(4, seed=6), "the small CNN")
+    reference = copy.deepcopy(model)
+    x = kit.conv_input(4, seed=6)
+    limit = 0.05
+    hidden = reference[1](reference[0](x))
+    hidden.register_hook(lambda g: g.clamp(-limit, limit))
+    reference[2](hidden).sum().backward()
+    with _quiet():
+        handle = _handle_of(answer, t, model[2], limit)
+        try:
+            model(x).sum().backward()
+        finally:
+            handle.remove()
+    t.expect_type(model[0].weight.grad, torch.Tensor, what="model[0].weight.grad",
+                  nudge="no gradient reached the first conv: return the clamped grad_input")
+    t.expect_close(model[0].weight.grad, reference[0].weight.grad, what="model[0].weight.grad",
+                   nudge="the layers before the hooked conv must receive grad_input clamped entry by entry; "
+                         "clamp works on tensors of any shape")
+    t.expect_close(model[2].weight.grad, reference[2].weight.grad, what="model[2].weight.grad",
+                   nudge="the hooked layer's own weight gradient must stay as it was: change only grad_input")
 
 
 @clip_input_grad.case("the same module called with b = 0.5, a Python float")
@@ -322,6 +523,11 @@ def _(answer, t: Tester) -> None:
                    nudge="here grad_input is (None,): return (None,) or the tuple unchanged")
 
 
+# Half-right answers (DIMENSIONS: nd, twice, technique): returns a bare tensor; uses the legacy
+# register_backward_hook (it clips the layer's own weight gradient); clamps None entries; clamps
+# only the upper side; forgets to return the handle; clamps only grad_input[0] (hidden: a module
+# with two tensor inputs).
+
 @clip_input_grad.wrong("returns a tensor instead of a tuple", mentions="tuple")
 def _bare_tensor(layer, max_abs):
     def hook(module, grad_input, grad_output):
@@ -340,6 +546,28 @@ def _legacy(layer, max_abs):
 def _forgets_none(layer, max_abs):
     def hook(module, grad_input, grad_output):
         return tuple(g.clamp(-max_abs, max_abs) for g in grad_input)
+    return layer.register_full_backward_hook(hook)
+
+
+@clip_input_grad.wrong("clamps only the upper side: clamp(max=max_abs)", mentions="negative entries")
+def _upper_only(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        return tuple(None if g is None else g.clamp(max=max_abs) for g in grad_input)
+    return layer.register_full_backward_hook(hook)
+
+
+@clip_input_grad.wrong("attaches the hook but forgets to return the handle", mentions="None (nothing was returned)")
+def _no_handle(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        return tuple(None if g is None else g.clamp(-max_abs, max_abs) for g in grad_input)
+    layer.register_full_backward_hook(hook)
+
+
+@clip_input_grad.wrong("clamps only grad_input[0]", mentions="not just grad_input[0]", hidden=True)
+def _first_only(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        first = None if grad_input[0] is None else grad_input[0].clamp(-max_abs, max_abs)
+        return (first,) + tuple(grad_input[1:])
     return layer.register_full_backward_hook(hook)
 
 
@@ -370,7 +598,8 @@ first_vanishing_layer = Exercise(
     task=("write first_vanishing_layer(model, x, threshold) that runs model(x).sum().backward() "
           "with full backward hooks on every nn.Linear and returns the name of the first Linear, "
           "walking from the output towards the input, whose output gradient has a norm below "
-          "`threshold` (None if there is none). Every hook must be removed afterwards"),
+          "`threshold` (None if there is none). Every hook must be removed afterwards, also when the "
+          "model raises"),
     hints=[
         "Record (name, grad_output[0].norm().item()) in each Linear's full backward hook.",
         "Backward hooks fire from the output towards the input, so a list appended in the hooks "
@@ -389,6 +618,13 @@ def _check_vanishing(answer: Callable, t: Tester, model: nn.Sequential, x: torch
                      threshold: float, expected: str | None, what: str) -> None:
     with _quiet():
         got = answer(model, x, threshold)
+    t.expect_type(got, (str, type(None)), what=what,
+                  nudge="return only the layer's name (or None), not its norm or the module")
+    nested = (isinstance(expected, str) and "." in expected and got is None
+              or isinstance(got, str) and "." not in got and isinstance(expected, str) and "." in expected)
+    t.expect(not nested or got == expected, what=what, expected=expected, got=got,
+             nudge="the Linears inside submodules were not measured: model.named_children() stops at the "
+                   "first level, model.named_modules() goes into every submodule")
     t.expect(got == expected, what=what, expected=expected, got=got,
              nudge=("walk from the output towards the input and stop at the first Linear whose "
                     "grad_output[0] norm is below the threshold (backward hooks fire in that order)"
@@ -421,6 +657,42 @@ def _(answer, t: Tester) -> None:
     _check_vanishing(answer, t, model, x, threshold, "head", "first_vanishing_layer(mlp, x, huge)")
 
 
+@first_vanishing_layer.case("a nested sigmoid stack (Linears inside blocks) on a 3-D input")
+def _(answer, t: Tester) -> None:
+    model = t.track(_nested_sigmoid_stack(6, seed=2), "the nested sigmoid stack")
+    x = blobs(12, seed=2)[0].reshape(4, 3, 8)
+    norms = _linear_output_norms(model, x)
+    threshold = (norms["blocks.2.fc"] * norms["blocks.3.fc"]) ** 0.5
+    _check_vanishing(answer, t, model, x, threshold, "blocks.2.fc",
+                     "first_vanishing_layer(nested stack, x, threshold)")
+
+
+@first_vanishing_layer.case("a model that defines head, mid, stem but runs stem, mid, head", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_Reordered(seed=9), "the reordered model")
+    x, _ = blobs(16, seed=9)
+    norms = _linear_output_norms(model, x)
+    threshold = (norms["mid"] * norms["head"]) ** 0.5
+    with _quiet():
+        got = answer(model, x, threshold)
+    t.expect(got == "mid", what="first_vanishing_layer(reordered model, x, threshold)", expected="mid",
+             got=got, nudge="the order of model.named_modules() (the order the layers were defined in) is "
+                            "not the order of the backward pass: record the names in the order your hooks "
+                            "fire, which is from the output towards the input")
+
+
+@first_vanishing_layer.case("a model that raises halfway through its forward: no hook may stay", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Raising(seed=10), "the model that raises")
+    with _quiet():
+        kit.call_expecting_kit_error(answer, model, kit.randn(3, 4, seed=10), 0.1)
+
+
+# Half-right answers (DIMENSIONS: nested, nd, raises, technique): scans from the input; leaves
+# the hooks on; walks named_children() (misses nested Linears); returns (name, norm) instead of
+# the name; measures grad_input; walks reversed(named_modules()) instead of the firing order
+# (hidden: a model defined in another order than it runs).
+
 @first_vanishing_layer.wrong("scans from the input instead of from the output", mentions="from the output")
 def _from_input(model, x, threshold):
     norms, handles = {}, []
@@ -446,3 +718,65 @@ def _leaky_vanishing(model, x, threshold):
                 lambda m, gi, go, name=name: fired.append((name, go[0].norm().item())))
     model(x).sum().backward()
     return next((n for n, v in fired if v < threshold), None)
+
+
+@first_vanishing_layer.wrong("walks model.named_children(): misses nested Linears", mentions="named_modules()")
+def _vanishing_children(model, x, threshold):
+    fired, handles = [], []
+    for name, module in model.named_children():
+        if isinstance(module, nn.Linear):
+            handles.append(module.register_full_backward_hook(
+                lambda m, gi, go, name=name: fired.append((name, go[0].norm().item()))))
+    try:
+        model(x).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return next((n for n, v in fired if v < threshold), None)
+
+
+@first_vanishing_layer.wrong("returns (name, norm) instead of the name", mentions="only the layer's name")
+def _name_and_norm(model, x, threshold):
+    fired, handles = [], []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            handles.append(module.register_full_backward_hook(
+                lambda m, gi, go, name=name: fired.append((name, go[0].norm().item()))))
+    try:
+        model(x).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return next(((n, v) for n, v in fired if v < threshold), None)
+
+
+@first_vanishing_layer.wrong("measures grad_input[0] instead of grad_output[0]", mentions="grad_output[0]")
+def _vanishing_grad_input(model, x, threshold):
+    fired, handles = [], []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            handles.append(module.register_full_backward_hook(
+                lambda m, gi, go, name=name: fired.append((name, gi[0].norm().item()))))
+    try:
+        model(x).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return next((n for n, v in fired if v < threshold), None)
+
+
+@first_vanishing_layer.wrong("walks reversed(named_modules()) instead of the order the hooks fire",
+                             mentions="order your hooks fire", hidden=True)
+def _reversed_definition_order(model, x, threshold):
+    norms, handles = {}, []
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            handles.append(module.register_full_backward_hook(
+                lambda m, gi, go, name=name: norms.__setitem__(name, go[0].norm().item())))
+    try:
+        model(x).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    return next((n for n in reversed(names) if norms[n] < threshold), None)

@@ -13,11 +13,15 @@ The hidden cases use tiny seeded models so every check finishes in a few millise
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models import seeded
+from ..models import seeded, set_inplace
+from . import kit
 from .core import Exercise, Tester
 
 # --------------------------------------------------------------------------------------
@@ -29,7 +33,7 @@ def _grad_cam_solution(model, layer, x, target):
     saved = {}
 
     def keep(module, args, output):
-        saved["act"] = output.detach()
+        saved["act"] = output.detach().clone()  # a copy: an in-place op after the layer cannot change it
         output.register_hook(lambda grad: saved.__setitem__("grad", grad.detach()))
 
     handle = layer.register_forward_hook(keep)
@@ -49,7 +53,9 @@ grad_cam = Exercise(
     task=("write grad_cam(model, layer, x, target) that returns the Grad-CAM of `layer` for "
           "class target[i] of each image x[i]: a tensor (N, h, w) at the layer's resolution, "
           "relu(sum over channels k of mean_hw(grad_k) * activation_k), using a forward hook "
-          "that registers a tensor hook on the layer's output; leave no hook attached"),
+          "that registers a tensor hook on the layer's output; leave no hook attached. The layer may "
+          "be followed by an in-place op (a ReLU(inplace=True)): keep a copy of its output that the "
+          "op cannot change"),
     hints=[
         "In a forward hook on `layer`, keep output.detach() and call output.register_hook(fn) "
         "so that fn receives the gradient of that same output during backward.",
@@ -75,14 +81,18 @@ def _tiny_cnn(seed: int, *, maxpool: bool) -> nn.Sequential:
 
 
 def _cam_parts(model: nn.Module, layer: nn.Module, x: torch.Tensor, score_of):
-    """Activation of `layer` and the gradient of score_of(logits) w.r.t. it, with no hook."""
+    """Activation of `layer` and the gradient of score_of(logits) w.r.t. it, computed on a copy
+    of the model with every in-place flag off (nothing overwrites the activation there)."""
+    path = next(n for n, m in model.named_modules() if m is layer)
+    ref = copy.deepcopy(model)
+    set_inplace(ref, False)
     acts: list[torch.Tensor] = []
-    h = x
-    for module in model:
-        h = module.forward(h)
-        if module is layer:
-            acts.append(h)
-    (grad,) = torch.autograd.grad(score_of(h), acts[0])
+    handle = ref.get_submodule(path).register_forward_hook(lambda m, a, o: acts.append(o))
+    try:
+        logits = ref(x)
+    finally:
+        handle.remove()
+    (grad,) = torch.autograd.grad(score_of(logits), acts[0])
     return acts[0].detach(), grad
 
 
@@ -108,7 +118,14 @@ def _check_grad_cam(answer, t: Tester, model: nn.Sequential, layer: nn.Module, x
     wrong["scaled"] = (expected / expected.amax(dim=(1, 2), keepdim=True).clamp_min(1e-12),
                        "the map is right but scaled to [0, 1]: return it unscaled (scaling is only "
                        "for display)")
+    wrong["overwritten"] = (F.relu((weights * act.clamp(min=0)).sum(dim=1)),
+                            "the activation you kept was overwritten by the in-place ReLU that follows the "
+                            "layer: output.detach() shares its memory; keep output.detach().clone()")
     got = answer(model, layer, x, target)
+    if isinstance(got, torch.Tensor) and got.shape != expected.shape and got.dim() == 4 and got.shape[1] == 1:
+        t.expect(False, what=what, expected=expected, got=got,
+                 nudge=f"the shape is {tuple(got.shape)} but should be {tuple(expected.shape)}: sum over the "
+                       "channels without keepdim, so the map is (N, h, w)")
     t.expect_close(got, expected, what=what, atol=1e-5, wrong=wrong,
                    nudge="compare with the three steps: mean gradient per channel, weighted sum "
                          "of the activation maps, ReLU")
@@ -129,6 +146,43 @@ def _(answer, t: Tester) -> None:
     _check_grad_cam(answer, t, model, model[2], x, torch.tensor([2, 2, 0, 1]),
                     "grad_cam(model, model[2], x, target=[2, 2, 0, 1])")
 
+
+class _NestedCNN(nn.Module):
+    """``head(body(x))`` with ``body = Sequential(stem, block)``, each a Conv2d + ReLU: the layer
+    to explain (``body.block.0``) sits two levels down in a model that is no Sequential."""
+
+    def __init__(self, seed: int, *, inplace: bool = False) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.body = nn.Sequential(OrderedDict([
+                ("stem", nn.Sequential(nn.Conv2d(1, 3, 3, padding=1), nn.ReLU())),
+                ("block", nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(inplace=inplace))),
+            ]))
+            self.head = nn.Sequential(nn.MaxPool2d(2), nn.Flatten(), nn.Linear(4 * 3 * 3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+@grad_cam.case("a nested model (not a Sequential), explained at a conv two levels down")
+def _(answer, t: Tester) -> None:
+    model = _NestedCNN(13)
+    x = kit.randn(2, 1, 6, 6, seed=13)
+    _check_grad_cam(answer, t, model, model.body.block[0], x, torch.tensor([1, 0]),
+                    "grad_cam(model, model.body.block[0], x, target=[1, 0])")
+
+
+@grad_cam.case("a conv followed by ReLU(inplace=True), which overwrites the conv's output", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = _NestedCNN(14, inplace=True)
+    x = kit.randn(3, 1, 6, 6, seed=14)
+    _check_grad_cam(answer, t, model, model.body.block[0], x, torch.tensor([2, 0, 1]),
+                    "grad_cam(model, model.body.block[0], x, target=[2, 0, 1])")
+
+
+# Half-right answers (DIMENSIONS: nested, nd, inplace_after, technique): no ReLU; unweighted
+# sum; all classes; leaves the forward hook on; keeps the channel dimension (N, 1, h, w);
+# keeps output.detach() without clone (hidden: an in-place ReLU after the layer).
 
 @grad_cam.wrong("forgets the ReLU", mentions="ReLU")
 def _cam_no_relu(model, layer, x, target):
@@ -180,6 +234,28 @@ def _cam_leaky(model, layer, x, target):
     return F.relu((saved["grad"].mean(dim=(2, 3))[:, :, None, None] * saved["act"]).sum(dim=1))
 
 
+@grad_cam.wrong("keeps the channel dimension: (N, 1, h, w)", mentions="without keepdim")
+def _cam_keepdim(model, layer, x, target):
+    return _grad_cam_solution(model, layer, x, target).unsqueeze(1)
+
+
+@grad_cam.wrong("keeps output.detach() without clone", mentions="overwritten by the in-place ReLU", hidden=True)
+def _cam_bare_detach(model, layer, x, target):
+    saved = {}
+
+    def keep(module, args, output):
+        saved["act"] = output.detach()
+        output.register_hook(lambda g: saved.__setitem__("grad", g.detach()))
+
+    handle = layer.register_forward_hook(keep)
+    try:
+        logits = model(x)
+    finally:
+        handle.remove()
+    logits[torch.arange(len(x)), target].sum().backward()
+    return F.relu((saved["grad"].mean(dim=(2, 3))[:, :, None, None] * saved["act"]).sum(dim=1))
+
+
 # --------------------------------------------------------------------------------------
 # 2. Dead channels over a whole run
 # --------------------------------------------------------------------------------------
@@ -218,6 +294,10 @@ dead_channels = Exercise(
         "handle.remove() in finally:. Return [int(c) for c in torch.nonzero(~alive).flatten()].",
     ],
     solution=_dead_channels_solution,
+    errors={"Dimension out of range": (
+        "the layer's output may have any number of dimensions: (N, C, L) for a Conv1d, (N, C, H, W) for a "
+        "Conv2d. Reduce every dimension but the channel dimension 1, for example "
+        "(output > 0).any(dim=0).flatten(1).any(dim=1)")},
 )
 
 
@@ -247,6 +327,8 @@ def _as_channel_list(got):
 
 
 def _expect_dead(t: Tester, got, expected: list[int], what: str, nudge: str) -> None:
+    t.expect_type(got, list, what=what,
+                  nudge="return a list of ints: [int(c) for c in torch.nonzero(~alive).flatten()]")
     got_list = _as_channel_list(got)
     t.expect(got_list == expected, what=what, expected=expected, got=got, nudge=nudge)
 
@@ -317,6 +399,37 @@ def _(answer, t: Tester) -> None:
         pass  # letting the crash through is fine; leaving the hook behind is not
 
 
+@dead_channels.case("a Conv1d layer on 3-D tensors (N, C, L)")
+def _(answer, t: Tester) -> None:
+    model = kit.conv_model(3, seed=7)
+    with torch.no_grad():
+        model[0].bias[[0, 3]] = -50.0  # two channels that can never fire
+    t.track(model, "the 1-D conv model")
+    xs = [kit.conv_input(3, seed=s) for s in (7, 8)]
+    got = answer(model, model[1], lambda: [model(x) for x in xs])
+    _expect_dead(t, got, [0, 3], "dead_channels(model, model[1], run)",
+                 "channels 0 and 3 have a bias of -50 and never fire; the others did: reduce every "
+                 "dimension but dimension 1, whatever the number of dimensions")
+
+
+@dead_channels.case("the hooked ReLU is followed by an in-place op that changes its output", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = _probe_model()
+    model.append(nn.Threshold(5.0, 0.0, inplace=True))  # values up to 5 become 0, in place, after the hook
+    t.track(model, "the probe model with an in-place Threshold")
+    xs = _dim_batches(2, seed=8)
+    got = answer(model, model[1], lambda: [model(x) for x in xs])
+    _expect_dead(t, got, [1, 2, 4], "dead_channels(...) with an in-place op after the layer", (
+        "channels 0 and 3 fired (their outputs were above zero when the layer produced them), but an "
+        "in-place op after the layer set those values to 0 later: decide in the hook, when the output is "
+        "fresh, or keep output.detach().clone(); a bare detach() shares memory with the output"))
+
+
+# Half-right answers (DIMENSIONS: twice (several calls), raises, nested, nd, inplace_after,
+# technique): keeps only the last call; looks at the first example only; no finally; returns a
+# tensor instead of a list; assumes 4-D outputs; keeps output.detach() and decides after run()
+# (hidden: an in-place op after the layer).
+
 @dead_channels.wrong("keeps only the last call", mentions="every call")
 def _dead_last_call(model, layer, run):
     seen = {}
@@ -358,6 +471,41 @@ def _dead_no_finally(model, layer, run):
     return [int(c) for c in torch.nonzero(~alive).flatten()]
 
 
+@dead_channels.wrong("returns the tensor of channel numbers, not a list", mentions="should be a list")
+def _dead_tensor(model, layer, run):
+    return torch.tensor(_dead_channels_solution(model, layer, run), dtype=torch.long)
+
+
+@dead_channels.wrong("assumes 4-D outputs: amax(dim=(0, 2, 3))", mentions="any number of dimensions")
+def _dead_4d_only(model, layer, run):
+    alive = None
+
+    def watch(module, args, output):
+        nonlocal alive
+        fired = output.detach().amax(dim=(0, 2, 3)) > 0
+        alive = fired if alive is None else alive | fired
+
+    handle = layer.register_forward_hook(watch)
+    try:
+        run()
+    finally:
+        handle.remove()
+    return [int(c) for c in torch.nonzero(~alive).flatten()]
+
+
+@dead_channels.wrong("keeps output.detach() of every call and decides after run()", mentions="in-place op after",
+                     hidden=True)
+def _dead_decides_later(model, layer, run):
+    outputs = []
+    handle = layer.register_forward_hook(lambda m, a, o: outputs.append(o.detach()))
+    try:
+        run()
+    finally:
+        handle.remove()
+    alive = torch.stack([(o > 0).any(dim=0).flatten(1).any(dim=1) for o in outputs]).any(dim=0)
+    return [int(c) for c in torch.nonzero(~alive).flatten()]
+
+
 # --------------------------------------------------------------------------------------
 # 3. The first module that produces a non-finite value, stopping right there
 # --------------------------------------------------------------------------------------
@@ -392,7 +540,9 @@ first_nonfinite = Exercise(
     task=("write first_nonfinite(model, *inputs) that runs model(*inputs) with a forward hook on "
           "every module (model.named_modules()) and returns the name of the first module whose "
           "output holds a NaN or an inf, stopping the forward pass there (the modules after it "
-          "never run); None when every output is finite; no hook may stay attached"),
+          "never run); None when every output is finite; no hook may stay attached. Outputs that are "
+          "not tensors (an nn.LSTM returns a tuple) may be skipped; an error the model raises itself is "
+          "not yours to catch: let it through"),
     hints=[
         "torch.isfinite(t).all() is False as soon as t holds a NaN, +inf or -inf "
         "(torch.isnan misses the infinities).",
@@ -402,6 +552,9 @@ first_nonfinite = Exercise(
         "and remove them all in the finally: of the try that runs the model.",
     ],
     solution=_first_nonfinite_solution,
+    errors={"not tuple": (
+        "a module (here an nn.LSTM) returned a tuple, not a tensor: test isinstance(output, torch.Tensor) "
+        "before torch.isfinite(output), and skip the other outputs")},
 )
 
 
@@ -482,6 +635,59 @@ def _(answer, t: Tester) -> None:
                    "of model.named_modules()")
 
 
+@first_nonfinite.case("a nested model where a Linear two levels down produces inf")
+def _(answer, t: Tester) -> None:
+    model = kit.Nested(seed=10)
+    with torch.no_grad():
+        model.encoder.body[2].weight[0, 0] = float("inf")
+    t.track(model, "the nested model")
+    got = answer(model, kit.randn(2, 4, seed=10).abs() + 0.1)
+    container = isinstance(got, str) and got in ("encoder", "")
+    t.expect(got == "encoder.body.2", what="first_nonfinite(nested model, x)", expected="'encoder.body.2'",
+             got=repr(got), nudge=(
+                 "that is a container whose child went bad first: hook every module of "
+                 "model.named_modules(), nested ones included (model.named_children() stops at the first level)"
+                 if container else "the Linear encoder.body.2 (inside encoder.body) is the first to produce inf"))
+
+
+class _LSTMThenLog(nn.Module):
+    """``log(relu(fc(lstm(x)[0])))``: the LSTM returns a tuple; the log gives -inf."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.lstm = nn.LSTM(3, 4, batch_first=True)
+            self.fc = nn.Linear(4, 4)
+        self.log = _Log()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, _ = self.lstm(x)
+        return self.log(torch.relu(self.fc(out)))
+
+
+@first_nonfinite.case("an nn.LSTM (it returns a tuple), then a log that gives -inf", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_LSTMThenLog(seed=11), "the LSTM model")
+    got = answer(model, kit.randn(2, 3, 3, seed=11))
+    t.expect(got == "log", what="first_nonfinite(lstm model, x)", expected="'log'", got=repr(got),
+             nudge="the log module is the first whose output holds -inf; the LSTM's tuple is finite")
+
+
+@first_nonfinite.case("a model that raises an error of its own halfway through", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Raising(seed=12), "the model that raises")
+    raised, got = kit.call_expecting_kit_error(answer, model, kit.randn(2, 4, seed=12))
+    t.expect(raised or got is None, what="first_nonfinite(model that raises, x)",
+             expected="the model's KitError, let through", got=repr(got),
+             nudge="the model raised an error of its own, which is not a NaN: catch only your own exception "
+                   "class (except Found:), not Exception, and let the model's errors through")
+
+
+# Half-right answers (DIMENSIONS: nested, raises, technique, nd): isnan only; the last bad
+# module; lets the forward run on; leaves the hooks on when found; hooks named_children();
+# catches every exception (hidden: the model raises its own error); torch.isfinite on a tuple
+# (hidden: an nn.LSTM).
+
 def _hunter(is_bad, pick):
     """A NaN hunter that flags modules with ``is_bad(output)``, lets the forward pass run on,
     and reports ``pick(flagged names)``: each typical mistake below is one choice here."""
@@ -528,3 +734,62 @@ def _leaky_stop(model, *inputs):
     for h in handles:
         h.remove()
     return None
+
+
+@first_nonfinite.wrong("hooks model.named_children() only", mentions="named_modules()")
+def _nonfinite_children(model, *inputs):
+    class Found(Exception):
+        pass
+
+    def check(name):
+        def hook(module, args, output):
+            if isinstance(output, torch.Tensor) and not torch.isfinite(output).all():
+                raise Found(name)
+        return hook
+
+    handles = [m.register_forward_hook(check(name)) for name, m in model.named_children()]
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    except Found as found:
+        return found.args[0]
+    finally:
+        for h in handles:
+            h.remove()
+    return None
+
+
+def _stopper(catch, tensors_only):
+    """A hunter that stops at the first bad module, catches ``catch`` and checks outputs
+    with or without an isinstance test: the two hidden mistakes below."""
+    def hunt(model, *inputs):
+        class Found(Exception):
+            pass
+
+        def check(name):
+            def hook(module, args, output):
+                if tensors_only and not isinstance(output, torch.Tensor):
+                    return
+                if not torch.isfinite(output).all():
+                    raise Found(name)
+            return hook
+
+        handles = [m.register_forward_hook(check(name)) for name, m in model.named_modules()]
+        try:
+            with torch.no_grad():
+                model(*inputs)
+        except Exception as found:
+            if catch == "own" and not isinstance(found, Found):
+                raise
+            return str(found.args[0])
+        finally:
+            for h in handles:
+                h.remove()
+        return None
+    return hunt
+
+
+first_nonfinite.wrong("catches every exception, the model's own errors too", mentions="own exception class",
+                      hidden=True)(_stopper("all", tensors_only=True))
+first_nonfinite.wrong("calls torch.isfinite on a tuple output", mentions="returned a tuple",
+                      hidden=True)(_stopper("own", tensors_only=False))

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..models import MLP, SmallCNN, TwoInputNet, seeded
+from . import kit
 from .core import Exercise, Tester
 
 # -- shared nudges -------------------------------------------------------------------------
@@ -63,7 +64,10 @@ ablate_units = Exercise(
         "second hides the change from autograd.",
     ],
     solution=_ablate_units_solution,
-    errors={"modified by an inplace operation": _SAVED},
+    errors={"modified by an inplace operation": _SAVED,
+            "must match the size of tensor b": (
+                "your mask did not line up with dimension 1 of this (N, C, L) output: shape it "
+                "(1, C, 1, ...) for every number of dimensions, or zero output.clone()[:, units]")},
 )
 
 
@@ -102,7 +106,12 @@ def _(answer, t: Tester) -> None:
     t.expect_close(got, expected.detach(), what="the MLP's output with the hook on fc1",
                    wrong={"unchanged": (model.forward_with_intermediates(x)[0].detach(), _REBIND)},
                    nudge="zero units 0 and 5 of fc1's output; the rest of the network then sees the zeros")
-    rows = model.fc1.weight.grad[[0, 5]]
+    grad = model.fc1.weight.grad
+    t.expect(grad is not None, what="fc1.weight.grad after backward", expected="a gradient", got=None, nudge=(
+        "backward never reached fc1: the tensor your hook returned is cut from the graph (a "
+        "detach(), or a tensor made under torch.no_grad()). Clone the output itself, "
+        "output.clone(), so gradients flow through the units you keep"))
+    rows = grad[[0, 5]]
     t.expect(bool((rows == 0).all()), what="fc1.weight.grad, rows 0 and 5", expected="all zeros",
              got=rows, nudge=("a unit forced to 0 does not depend on its weights, so their gradient "
                               "must be 0. " + _DATA))
@@ -152,6 +161,50 @@ def _(answer, t: Tester) -> None:
         handle.remove()
     t.expect_close(got, lin.forward(x).detach(), what="the output with ablate_units([])",
                    nudge="with no units to ablate the output must stay exactly as it was")
+
+
+@ablate_units.case("units [0, 2] of a 1-D conv output (N, C, L)", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.conv_model(3, seed=18), "a Conv1d net")
+    x = kit.conv_input(3, seed=18)
+    conv = model[0]
+    expected = conv.forward(x).detach().clone()
+    expected[:, [0, 2]] = 0
+    handle = conv.register_forward_hook(answer([0, 2]))
+    try:
+        got = conv(x)
+    finally:
+        handle.remove()
+    t.expect_close(got, expected, what="the Conv1d output (N, C, L) with channels 0 and 2 ablated",
+                   nudge="units are dimension 1 whatever the number of dimensions: output[:, units] "
+                         "works for (N, C), (N, C, L) and (N, C, H, W)")
+
+
+# Half-right answers: rebinds without returning; zeroes in place (breaks backward after a
+# Sigmoid); edits output.data (gradients as if nothing changed); zeroes the last dimension;
+# detaches the copy (backward never reaches the earlier layers: fc1.weight.grad is None);
+# hidden (nd): a mask shaped for (N, C) and (N, C, H, W) only, broadcast wrongly on (N, C, L).
+
+
+@ablate_units.wrong("returns a detached copy", mentions="cut from the graph")
+def _detached(units):
+    def hook(module, args, output):
+        new = output.detach().clone()
+        new[:, list(units)] = 0
+        return new
+    return hook
+
+
+@ablate_units.wrong("multiplies by a mask shaped for 2-D and 4-D outputs only", mentions="(N, C, L)",
+                    hidden=True)
+def _mask_2d_4d(units):
+    def hook(module, args, output):
+        mask = torch.ones(output.shape[1])
+        mask[list(units)] = 0
+        if output.dim() == 4:
+            mask = mask.view(1, -1, 1, 1)
+        return output * mask
+    return hook
 
 
 @ablate_units.wrong("rebinds the output without returning it", mentions="returned None")
@@ -220,6 +273,8 @@ def _mlp_case(answer, t: Tester, max_value: float) -> None:
     expected = model.head(model.act2(model.fc2(model.act1(hidden)))).detach()
     plain = model.forward_with_intermediates(x)[0].detach()
     got = answer(model, x, model.fc1, max_value)
+    t.expect_type(got, torch.Tensor, what=f"clamped_output(model, x, model.fc1, {max_value})",
+                  nudge="return what model(x) returns (return model(x) inside the try: block)")
     t.expect_close(got, expected, what=f"clamped_output(model, x, model.fc1, {max_value})",
                    wrong={
                        "unchanged": (plain, _REBIND + " (the output is exactly the unclamped one)"),
@@ -254,6 +309,71 @@ def _(answer, t: Tester) -> None:
                     "in-place clamp_ on its output edits x. Return output.clamp(max=...) instead"))
     t.expect_close(got, model[1](before.clamp(max=1.0)).detach(), what="clamped_output(model, x, model[0], 1.0)",
                    nudge="clamp the Identity's output at 1.0 and let the Linear see the clamped values")
+
+
+@clamped_output.case("a layer deep inside a nested model (encoder.body.0)")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Nested(seed=19), "a nested model")
+    x = kit.randn(3, 4, seed=19)
+    inner = model.encoder.body[0]
+    h = inner.forward(x).clamp(max=0.1)
+    for layer in list(model.encoder.body)[1:]:
+        h = layer.forward(h)
+    expected = model.head.forward(model.encoder.act.forward(h)).detach()
+    got = answer(model, x, inner, 0.1)
+    t.expect_type(got, torch.Tensor, what="clamped_output(model, x, model.encoder.body[0], 0.1)",
+                  nudge="return what model(x) returns")
+    t.expect_close(got, expected, what="clamped_output(model, x, model.encoder.body[0], 0.1)",
+                   nudge="hook the layer you were given, wherever it sits, and return the model's output")
+
+
+@clamped_output.case("a model that raises halfway through its forward: the hook must still go")
+def _(answer, t: Tester) -> None:
+    kit.expect_clean_after_raise(t, answer, 0.0, seed=20)
+
+
+@clamped_output.case("a layer that forward() calls twice: both calls are clamped", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Twice(seed=21), "a model whose forward calls `block` twice")
+    x = kit.randn(2, 4, seed=21)
+    h = model.block.forward(torch.tanh(model.block.forward(x).clamp(max=0.0))).clamp(max=0.0)
+    expected = model.out.forward(h).detach()
+    got = answer(model, x, model.block, 0.0)
+    t.expect_type(got, torch.Tensor, what="clamped_output(model, x, model.block, 0.0)",
+                  nudge="return what model(x) returns")
+    t.expect_close(got, expected, what="clamped_output(model, x, model.block, 0.0)",
+                   nudge="`block` runs twice in one forward and both outputs must be clamped: keep the "
+                         "hook attached for the whole model(x) and remove it afterwards, in finally:")
+
+
+# Half-right answers: never removes the hook, or removes it without `finally:` (a model that
+# raises leaves it); clamps in place (nn.Identity returns x itself); rebinds without returning;
+# clamp(t, v) (a minimum); forgets to return model(x) (None); hidden (twice): a hook that
+# removes itself when it first fires, so a layer called twice is clamped once.
+
+
+@clamped_output.wrong("forgets to return model(x)", mentions="None (nothing was returned)")
+def _no_return(model, x, layer, max_value):
+    with layer.register_forward_hook(lambda m, a, o: o.clamp(max=max_value)):
+        model(x)
+
+
+@clamped_output.wrong("removes the hook, but not in a finally block", mentions="`finally:` block")
+def _clamp_no_finally(model, x, layer, max_value):
+    handle = layer.register_forward_hook(lambda m, a, o: o.clamp(max=max_value))
+    out = model(x)
+    handle.remove()
+    return out
+
+
+@clamped_output.wrong("a hook that removes itself when it first fires", mentions="both outputs must be clamped",
+                      hidden=True)
+def _one_shot(model, x, layer, max_value):
+    def hook(module, args, output):
+        handle.remove()
+        return output.clamp(max=max_value)
+    handle = layer.register_forward_hook(hook)
+    return model(x)
 
 
 @clamped_output.wrong("forgets to remove the hook", mentions="left a hook attached")
@@ -294,7 +414,8 @@ scale_first = Exercise(
     "changing_outputs.scale_first", "Scale only the first argument with a pre-hook",
     task=("write scale_first(factor) that returns a forward pre-hook which multiplies the first "
           "positional argument of the module by factor and passes every other argument through "
-          "unchanged, without modifying the caller's tensors"),
+          "unchanged, without modifying the caller's tensors; gradients still flow back through the "
+          "scaled argument"),
     hints=[
         "A forward pre-hook is hook(module, args); args is the tuple of positional arguments, and "
         "what the hook returns replaces it.",
@@ -378,6 +499,47 @@ def _(answer, t: Tester) -> None:
         handle.remove()
     t.expect_close(got, lin.forward(0.5 * x).detach(), what="lin(x) with scale_first(0.5)",
                    nudge="with one argument, return a 1-tuple (args[0] * factor,)")
+
+
+@scale_first.case("gradients flow back through the scaled argument", hidden=True)
+def _(answer, t: Tester) -> None:
+    net = t.track(TwoInputNet(seed=22), "the TwoInputNet")
+    a = torch.tensor([[1.0, -2.0]], requires_grad=True)
+    b = torch.tensor([[0.5, 0.25]])
+    a_ref = a.detach().clone().requires_grad_(True)
+    net.forward(3.0 * a_ref, b).sum().backward()
+    net.zero_grad()
+    handle = net.register_forward_pre_hook(answer(3.0))
+    try:
+        with kit.GradWitness({"a": a}) as grads:
+            net(a, b).sum().backward()
+    finally:
+        handle.remove()
+    t.expect(grads.filled_by_backward("a"), what="a.grad after backward", expected="a gradient",
+             got=a.grad, nudge=(
+                 "backward never reached a: the tensor your pre-hook passed on is cut from the graph "
+                 "(a detach(), .data, or torch.no_grad()). Multiply args[0] itself: args[0] * factor"))
+    t.expect_close(a.grad, a_ref.grad, what="a.grad", nudge="a.grad is factor times the gradient at the "
+                   "scaled input")
+
+
+# Half-right answers: returns a single tensor (the others are dropped); scales in place (the
+# caller's tensor changes); scales every argument; returns a list; hidden (technique): detaches
+# the scaled argument, so the values are right but backward never reaches the caller's tensor.
+
+
+@scale_first.wrong("returns a list instead of a tuple", mentions="dropped")
+def _list(factor):
+    def pre_hook(module, args):
+        return [args[0] * factor, *args[1:]]
+    return pre_hook
+
+
+@scale_first.wrong("detaches the scaled argument", mentions="cut from the graph", hidden=True)
+def _detach(factor):
+    def pre_hook(module, args):
+        return (args[0].detach() * factor, *args[1:])
+    return pre_hook
 
 
 @scale_first.wrong("returns a single tensor", mentions="dropped")

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import html
 import inspect
+import os
 import signal
 import sys
+import sysconfig
 import textwrap
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,6 +38,21 @@ from ..inventory import global_hook_ids, list_hooks, remove_global_hooks, remove
 
 TIME_LIMIT_S = 2.0
 REGISTRY: dict[str, "Exercise"] = {}
+
+# The instructor's switch for a graded class: with HOOKTUTOR_SOLUTIONS=off in the kernel's
+# environment (a JupyterHub spawner's environment, or the shell that runs nbgrader autograde),
+# ex.<name>.solution() shows no solution; hints and checks work as before. docs/instructors.md.
+SOLUTIONS_ENV = "HOOKTUTOR_SOLUTIONS"
+_OFF = {"off", "0", "no", "false", "hidden"}
+
+
+def solutions_available() -> bool:
+    """False when the instructor switched solutions off (``HOOKTUTOR_SOLUTIONS=off``)."""
+    return os.environ.get(SOLUTIONS_ENV, "on").strip().lower() not in _OFF
+
+
+class SolutionsOff(PermissionError):
+    """Raised by :attr:`Exercise.reference` when solutions are switched off for a graded class."""
 
 
 class Mismatch(Exception):
@@ -91,6 +109,16 @@ class Tester:
     def expect(self, ok: bool, *, what: str, expected: Any, got: Any, nudge: str) -> None:
         if not ok:
             raise Mismatch(what, expected, got, nudge)
+
+    def expect_type(self, got: Any, types: type | tuple[type, ...], *, what: str, nudge: str = "") -> None:
+        """``got`` must be an instance of ``types``: call this before a check uses ``got``, so
+        that an answer returning the wrong kind of thing (None, a list for a dict, a float for a
+        tensor) gets a message that says so instead of a crash inside the check."""
+        if isinstance(got, types):
+            return
+        names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        said = "None (nothing was returned)" if got is None else f"a {type(got).__name__}"
+        raise Mismatch(what, f"a {names}", got, f"{what} is {said}, but should be a {names}. {nudge}".strip())
 
     def expect_close(self, got: Any, expected: torch.Tensor, *, what: str, nudge: str,
                      atol: float = 1e-5, rtol: float = 1e-4, wrong: dict[str, tuple[Any, str]] | None = None
@@ -163,6 +191,7 @@ class CheckReport:
         headline = {
             "mismatch": "gives a wrong result",
             "error": "raised an error",
+            "unusable": "gave the check something it cannot use",
             "unfinished": "is not written yet",
             "timeout": "did not finish in time",
             "leak": "left a hook attached",
@@ -175,8 +204,8 @@ class CheckReport:
         if self.note:
             lines.append(("also", self.note))
         name = f"ex.{ex.key.rsplit('.', 1)[-1]}"
-        lines.append(("next", f"fix your answer and run the check again; {name}.hint() gives a hint, "
-                              f"{name}.solution() shows a solution"))
+        shown = f", {name}.solution() shows a solution" if solutions_available() else ""
+        lines.append(("next", f"fix your answer and run the check again; {name}.hint() gives a hint{shown}"))
         return lines
 
     def __repr__(self) -> str:
@@ -251,6 +280,60 @@ class _Deadline:
 Case = Callable[[Callable, Tester], None]
 
 
+_INFRASTRUCTURE = tuple(str(Path(p).resolve()) for p in (
+    Path(__file__).resolve().parent.parent,              # hooktutor itself: the checks
+    Path(torch.__file__).resolve().parent,               # torch
+    sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+))
+
+
+def _codes(fn: Any) -> set:
+    """The code objects of ``fn`` and of everything defined inside it (its hooks, its lambdas)."""
+    codes, todo = set(), [getattr(getattr(fn, "__func__", fn), "__code__", None)]
+    while todo:
+        code = todo.pop()
+        if code is None or code in codes:
+            continue
+        codes.add(code)
+        todo.extend(c for c in code.co_consts if inspect.iscode(c))
+    return codes
+
+
+def _raised_in_learner_code(error: BaseException, answer: Any, case: Any) -> bool:
+    """Whether the traceback passes through the learner's code: the answer, a function it
+    defined (a hook that fired later), or any code outside the case, hooktutor, torch and the
+    standard library (a helper from another notebook cell). Otherwise the check itself failed
+    on what the answer gave back."""
+    mine, checks = _codes(answer), _codes(case)
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code in mine:
+            return True
+        if code in checks:
+            tb = tb.tb_next
+            continue
+        filename = str(Path(code.co_filename).resolve()) if not code.co_filename.startswith("<") else ""
+        if filename and not filename.startswith(_INFRASTRUCTURE) and filename != str(Path(__file__).resolve()):
+            return True
+        if code.co_filename.startswith("<") and code.co_filename not in ("<string>", "<frozen importlib._bootstrap>"):
+            return True   # an interactive cell (<ipython-input-...>, <stdin>)
+        tb = tb.tb_next
+    return False
+
+
+def _crash_nudge(error: BaseException) -> str:
+    message = str(error)
+    if "NoneType" in message:
+        return ("something your answer should have produced is None: a function that returns nothing, "
+                "a hook that stored nothing, or a .grad that backward() never filled (a detach() or a "
+                "no_grad() on the way cuts the graph).")
+    if isinstance(error, (TypeError, AttributeError, KeyError, IndexError, ValueError)):
+        return ("the check could not use what your answer gave back or left behind: compare its type "
+                "and shape with what the task asks for.")
+    return "the check could not use what your answer gave back or left behind; the task says what it expects."
+
+
 class Exercise:
     """One task: its cases, hints, solution and the typical wrong answers it must reject.
 
@@ -274,33 +357,46 @@ class Exercise:
         self.answer_name = answer_name or key.rsplit(".", 1)[-1]
         self.errors = dict(errors or {})
         self.cases: list[tuple[str, Case]] = []
+        self.hidden_cases: list[tuple[str, Case]] = []
         self.wrong_answers: list[tuple[str, Callable, str]] = []
+        self.hidden_wrong_answers: list[tuple[str, Callable, str]] = []
         self._next_hint = 0
         REGISTRY[key] = self
 
     # -- authoring --------------------------------------------------------------------
-    def case(self, description: str) -> Callable[[Case], Case]:
-        """Decorator: register ``fn(answer, tester)`` as a hidden case."""
+    def case(self, description: str, *, hidden: bool = False) -> Callable[[Case], Case]:
+        """Decorator: register ``fn(answer, tester)`` as a case the learner does not see.
+
+        ``hidden=True`` keeps it out of :meth:`check` too: only ``grade(answer, hidden=True)``
+        runs it, which is what the hidden tests of the nbgrader course call at autograde, so a
+        graded answer meets cases the student edition never showed."""
         def register(fn: Case) -> Case:
-            self.cases.append((description, fn))
+            (self.hidden_cases if hidden else self.cases).append((description, fn))
             return fn
         return register
 
-    def wrong(self, label: str, mentions: str) -> Callable[[Callable], Callable]:
-        """Decorator: a typical wrong answer; its report must fail and contain ``mentions``."""
+    def wrong(self, label: str, mentions: str, *, hidden: bool = False) -> Callable[[Callable], Callable]:
+        """Decorator: a typical wrong answer; its report must fail and contain ``mentions``.
+
+        ``hidden=True``: a wrong answer that passes the visible cases and that only the hidden
+        ones (``check(answer, hidden=True)``, nbgrader's autograde) reject."""
         def register(fn: Callable) -> Callable:
-            self.wrong_answers.append((label, fn, mentions))
+            (self.hidden_wrong_answers if hidden else self.wrong_answers).append((label, fn, mentions))
             return fn
         return register
 
     @property
     def reference(self) -> Callable:
-        """The solution function itself (for tests and for the student edition)."""
+        """The solution function itself (for tests and tooling); refused while solutions are
+        switched off for a graded class (``HOOKTUTOR_SOLUTIONS=off``)."""
+        if not solutions_available():
+            raise SolutionsOff(f"solutions are switched off for this course ({SOLUTIONS_ENV}=off)")
         return self._solution
 
     # -- for the learner -----------------------------------------------------------------
-    def check(self, answer: Any) -> CheckReport:
-        """Run ``answer`` against every hidden case and report what went right or wrong."""
+    def check(self, answer: Any, *, hidden: bool = False) -> CheckReport:
+        """Run ``answer`` against every case and report what went right or wrong
+        (``hidden=True``: the cases kept for grading too)."""
         if answer is None or not callable(answer):
             got = "None" if answer is None else f"a {type(answer).__name__}"
             return CheckReport(self, [], note=(
@@ -311,7 +407,7 @@ class Exercise:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the cases are tiny: one thread is fastest and steadiest
         try:
-            for description, case in self.cases:
+            for description, case in self.cases + (self.hidden_cases if hidden else []):
                 result = self._run_case(description, case, answer)
                 results.append(result)
                 if result.status != "pass":
@@ -326,13 +422,14 @@ class Exercise:
                     "model in the notebook. Remove them with handle.remove() (it has been done for you).")
         return CheckReport(self, results, note)
 
-    def grade(self, answer: Any) -> None:
+    def grade(self, answer: Any, *, hidden: bool = False) -> None:
         """Show the same report as :meth:`check`, and fail the cell unless the answer passes.
 
         The student edition's check cells call this, so nbgrader can score them: an unfinished
         answer raises ``NotImplementedError``, a wrong one ``AssertionError``, after the report.
+        The nbgrader course's hidden tests call ``grade(answer, hidden=True)``: the hidden cases too.
         """
-        report = self.check(answer)
+        report = self.check(answer, hidden=hidden)
         try:
             from IPython.display import display
             display(report)
@@ -364,12 +461,15 @@ class Exercise:
             return CaseResult(description, "unfinished", {"why": (
                 "your function still raises NotImplementedError. Replace the `raise "
                 "NotImplementedError(...)` line with your code" + (f" ({e})" if str(e) else "") + ".")})
-        except Exception as e:  # the learner's error, reported instead of a traceback
+        except Exception as e:  # reported instead of a traceback
             tester.leaks()
-            text = f"{type(e).__name__}: {e}".strip()
-            why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)),
-                       "read the error: it names what went wrong; the hints help if you are stuck.")
-            return CaseResult(description, "error", {"error": text.splitlines()[0][:300], "why": why})
+            text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
+            why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)), None)
+            if _raised_in_learner_code(e, answer, case):
+                return CaseResult(description, "error", {"error": text, "why": why or (
+                    "read the error: it names what went wrong; the hints help if you are stuck.")})
+            # the answer ran, but the check tripped over what it returned or left behind
+            return CaseResult(description, "unusable", {"error": text, "why": why or _crash_nudge(e)})
         leaks = tester.leaks()
         if leaks:
             return CaseResult(description, "leak", {"why": (
@@ -388,12 +488,20 @@ class Exercise:
             self._next_hint = min(self._next_hint + 1, len(self.hints))
         if not 1 <= number <= len(self.hints):
             return _Text(f"{self.title} has hints 1 to {len(self.hints)}; there is no hint {number}.")
-        more = " (that was the last hint; ex.solution() shows a solution)" if number == len(self.hints) else ""
+        last = "that was the last hint; ex.solution() shows a solution" if solutions_available() \
+            else "that was the last hint"
+        more = f" ({last})" if number == len(self.hints) else ""
         return _Text(f"Hint {number} of {len(self.hints)} for {self.title}: {self.hints[number - 1]}{more}",
                      "hooktutor-hint")
 
     def solution(self) -> _Text:
-        """A solution, shown only when asked for."""
+        """A solution, shown only when asked for (and not at all while the instructor has
+        switched solutions off: ``HOOKTUTOR_SOLUTIONS=off``; the hints stay)."""
+        if not solutions_available():
+            name = f"ex.{self.key.rsplit('.', 1)[-1]}"
+            return _Text(f"{self.title}: solutions are switched off for this course by your instructor. "
+                         f"{name}.hint() gives the hints, and {name}.check(your_function) says what is "
+                         "still wrong.", "hooktutor-hint")
         source = textwrap.dedent(inspect.getsource(self._solution)).strip()
         source = source.replace(f"def {self._solution.__name__}(", f"def {self.answer_name}(", 1)
         return _Text(f"# A solution to {self.title}\n{source}", "hooktutor-solution")

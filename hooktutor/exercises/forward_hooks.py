@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..models import MLP, TwoInputNet, set_inplace
+from . import kit
 from .core import Exercise, Tester
 
 # --------------------------------------------------------------------------------------
@@ -49,7 +50,30 @@ extract_features = Exercise(
         "each of them in the finally: block.",
     ],
     solution=_extract_features_solution,
+    errors={
+        "encoder.body": (
+            "a dotted name such as 'encoder.body.0' is a layer inside a submodule: "
+            "model.get_submodule(name) finds it; getattr(model, name) and model.named_children() "
+            "only see the top level"),
+        "'alias'": (
+            "'alias' is a second name of a module the model holds twice; dict(model.named_modules()) "
+            "lists such a module only once, under its first name. model.get_submodule(name) finds "
+            "every name"),
+    },
 )
+
+
+def _watched(t: Tester, answer, model: nn.Module, x: torch.Tensor, names: list[str]) -> dict:
+    """Run the answer with a witness on each named layer; the layers that ran must have had a
+    forward hook attached (dimension ``technique``)."""
+    with kit.HookWitness({n: model.get_submodule(n) for n in names}) as seen:
+        got = answer(model, x, names)
+    for n in names:
+        t.expect(seen.calls[n] == 0 or seen.fired(n, "forward") > 0, what=f"hooks on {n!r} while it ran",
+                 expected="your forward hook", got="none", nudge=(
+                     f"{n!r} ran without a forward hook attached: record each output with "
+                     "model.get_submodule(name).register_forward_hook(...) and run model(x) once"))
+    return _expect_feature_dict(t, got, names)
 
 
 class _Twice(nn.Module):
@@ -68,9 +92,8 @@ class _Twice(nn.Module):
 
 
 def _expect_feature_dict(t: Tester, got: object, names: list[str]) -> dict:
-    t.expect(isinstance(got, dict), what="the type of what extract_features returned",
-             expected="a dict", got=type(got).__name__,
-             nudge="return a dict that maps each layer name to a list of tensors")
+    t.expect_type(got, dict, what="what extract_features returned",
+                  nudge="return a dict that maps each layer name to a list of tensors")
     assert isinstance(got, dict)
     t.expect(sorted(got) == sorted(names), what="the keys of the dict", expected=sorted(names),
              got=sorted(got), nudge="use exactly the layer names you were given as keys")
@@ -79,6 +102,9 @@ def _expect_feature_dict(t: Tester, got: object, names: list[str]) -> dict:
                  got=type(got[name]).__name__,
                  nudge="store a list per layer (one entry per call), not a single tensor: a module "
                        "called twice in one forward must keep both outputs")
+        for i, item in enumerate(got[name]):
+            t.expect_type(item, torch.Tensor, what=f"features[{name!r}][{i}]",
+                          nudge="store the output tensor itself (a copy of it), one per call")
     return got
 
 
@@ -86,7 +112,7 @@ def _expect_feature_dict(t: Tester, got: object, names: list[str]) -> dict:
 def _(answer, t: Tester) -> None:
     model = t.track(MLP(seed=4), "the MLP")
     x = torch.randn(3, 8, generator=torch.Generator().manual_seed(4))
-    got = _expect_feature_dict(t, answer(model, x, ["fc1", "act2"]), ["fc1", "act2"])
+    got = _watched(t, answer, model, x, ["fc1", "act2"])
     _, inter = model.forward_with_intermediates(x)
     for name in ("fc1", "act2"):
         t.expect(len(got[name]) == 1, what=f"len(features[{name!r}])", expected=1, got=len(got[name]),
@@ -143,6 +169,83 @@ def _(answer, t: Tester) -> None:
         answer(model, wrong_width, ["fc1", "head"])
     except RuntimeError:
         pass  # the model cannot take this input; what matters is what stays attached
+
+
+@extract_features.case("a nested model: layers named encoder.body.0 and head")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Nested(seed=13), "a nested model")
+    x = kit.randn(3, 4, seed=13)
+    names = ["encoder.body.0", "encoder.act", "head"]
+    got = _watched(t, answer, model, x, names)
+    inter = model.intermediates(x)
+    for name in names:
+        t.expect(len(got[name]) == 1, what=f"len(features[{name!r}])", expected=1, got=len(got[name]),
+                 nudge="run model(x) exactly once and append once per call of the hook")
+        t.expect_close(got[name][0], inter[name], what=f"features[{name!r}][0]",
+                       nudge="hook model.get_submodule(name), the layer with that dotted name")
+
+
+@extract_features.case("a module held under two names (block and alias), called twice", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = kit.Twice(seed=14)
+    model.alias = model.block          # the same Linear, registered a second time
+    t.track(model, "a model holding `block` also as `alias`")
+    x = kit.randn(2, 4, seed=14)
+    calls = model.block_calls(x)
+    got = _watched(t, answer, model, x, ["alias", "out"])
+    t.expect(len(got["alias"]) == 2, what="len(features['alias'])", expected=2, got=len(got["alias"]),
+             nudge="`alias` is `block`, called twice in one forward: keep both calls")
+    for i in range(2):
+        t.expect_close(got["alias"][i], calls[i][1], what=f"features['alias'][{i}]",
+                       nudge="keep the calls in the order they happen")
+
+
+# Half-right answers: stores output.detach() without a copy (the in-place ReLU after the layer
+# rewrites it); keeps only the last call (a layer called twice); removes the hooks without
+# `finally:` (a model that raises leaves them); nested: looks names up with getattr or
+# named_children(), missing dotted names; technique: runs the layers one by one, no hook;
+# hidden: looks names up in dict(model.named_modules()), which lists a module held under two
+# names once.
+
+
+@extract_features.wrong("looks the names up in model.named_children()", mentions="get_submodule")
+def _children(model, x, names):
+    layers = dict(model.named_children())
+    features = {name: [] for name in names}
+    handles = [layers[name].register_forward_hook(
+        lambda m, a, o, name=name: features[name].append(o.detach().clone())) for name in names]
+    try:
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return features
+
+
+@extract_features.wrong("runs the named layers by hand, without hooks", mentions="without a forward hook")
+def _by_hand(model, x, names):
+    features = {name: [] for name in names}
+    for name, layer in model.named_modules():
+        if not list(layer.children()):
+            x = layer(x)
+            if name in features:
+                features[name].append(x.detach().clone())
+    return features
+
+
+@extract_features.wrong("finds the layers in dict(model.named_modules())", mentions="named_modules()",
+                        hidden=True)
+def _named_modules(model, x, names):
+    layers = dict(model.named_modules())
+    features = {name: [] for name in names}
+    handles = [layers[name].register_forward_hook(
+        lambda m, a, o, name=name: features[name].append(o.detach().clone())) for name in names]
+    try:
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return features
 
 
 @extract_features.wrong("stores output.detach() without a copy", mentions="in-place ReLU")
@@ -209,7 +312,10 @@ make_normaliser = Exercise(
     solution=_make_normaliser_solution,
     errors={"missing 1 required positional argument": (
         "returning a single tensor replaces the whole args tuple, so the module lost its other "
-        "arguments. Return a tuple that keeps them: ((first - mean) / std, *rest)")},
+        "arguments. Return a tuple that keeps them: ((first - mean) / std, *rest)"),
+        "not list": (
+            "your pre-hook returned a list: torch takes only a tuple as the new args (anything else "
+            "becomes the single argument). Return a tuple: ((first - mean) / std, *rest)")},
 )
 
 
@@ -260,6 +366,72 @@ def _(answer, t: Tester) -> None:
         got = model(x)
     t.expect_close(got, model((x - 2.0) / 4.0), what="the output with mean=2, std=4",
                    nudge="use the mean and std passed to make_normaliser, not statistics of the batch")
+
+
+class _Three(nn.Module):
+    """``conv(a) + b + c``: three positional inputs (c defaults to 0), the first a 4-D image batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(15)
+            self.conv = nn.Conv2d(2, 2, 1)
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | float = 0.0) -> torch.Tensor:
+        return self.conv(a) + b + c
+
+
+@make_normaliser.case("a module with three positional inputs, the first (N, C, H, W) with per-channel "
+                      "statistics", hidden=True)
+def _(answer, t: Tester) -> None:
+    net = t.track(_Three(), "a three-input conv module")
+    a = kit.conv_input(4, seed=15) * 2 + 1
+    mean, std = a.mean((0, 2, 3), keepdim=True), a.std((0, 2, 3), keepdim=True)
+    b, c = torch.full((1, 2, 1, 1), 0.5), torch.full((1, 2, 1, 1), -2.0)
+    expected = net((a - mean) / std, b, c).detach()
+    with net.register_forward_pre_hook(answer(mean, std)):
+        got = net(a, b, c)
+    t.expect_close(got, expected, what="net(a, b, c) with your pre-hook",
+                   nudge="keep every other positional argument, however many there are: "
+                         "return ((first - mean) / std, *rest)")
+
+
+# Half-right answers: edits the caller's tensor in place (sub_, or `first -= mean`); returns a
+# bare tensor (the other arguments are dropped) or a list; rebinds args without returning;
+# uses the batch's own statistics; hidden: keeps only the second argument (assumes at most two).
+
+
+@make_normaliser.wrong("uses the batch's own mean and std", mentions="not statistics of the batch")
+def _batch_stats(mean, std):
+    def normalise(module, args):
+        first, *rest = args
+        return ((first - first.mean(0)) / first.std(0), *rest)
+    return normalise
+
+
+@make_normaliser.wrong("returns a list instead of a tuple", mentions="returned a list")
+def _as_list(mean, std):
+    def normalise(module, args):
+        first, *rest = args
+        return [(first - mean) / std, *rest]
+    return normalise
+
+
+@make_normaliser.wrong("subtracts with -= (in place on the caller's tensor)", mentions="in place")
+def _minus_equals(mean, std):
+    def normalise(module, args):
+        first, *rest = args
+        first -= mean
+        return (first / std, *rest)
+    return normalise
+
+
+@make_normaliser.wrong("keeps only the second argument (assumes at most two)", mentions="however many",
+                       hidden=True)
+def _two_at_most(mean, std):
+    def normalise(module, args):
+        return ((args[0] - mean) / std, *args[1:2])
+    return normalise
 
 
 @make_normaliser.wrong("edits the caller's tensor in place", mentions="in place")
@@ -360,9 +532,8 @@ class _InplaceAfter(nn.Module):
 
 def _compare_call(t: Tester, got: object, index: int, args: tuple, kwargs: dict, *,
                   kw_nudge: str, copy_nudge: str) -> None:
-    t.expect(isinstance(got, tuple) and len(got) == 2, what=f"calls[{index}]",
+    t.expect(isinstance(got, (tuple, list)) and len(got) == 2, what=f"calls[{index}]",
              expected="a pair (args, kwargs)", got=got, nudge="append a 2-tuple (args, kwargs) per call")
-    assert isinstance(got, tuple)
     got_args, got_kwargs = got
     t.expect(isinstance(got_args, tuple) and len(got_args) == len(args), what=f"calls[{index}][0] (args)",
              expected=f"a tuple of {len(args)} positional argument(s)", got=got_args,
@@ -392,7 +563,8 @@ def _(answer, t: Tester) -> None:
     x = torch.randn(2, 2, generator=torch.Generator().manual_seed(11))
     y = model.inner(x, x + 1)
     got = answer(model, x, model.inner)
-    t.expect(isinstance(got, list) and len(got) == 2, what="calls_of(model, x, model.inner)",
+    t.expect_type(got, list, what="what calls_of returned", nudge="return the list of (args, kwargs) pairs")
+    t.expect(len(got) == 2, what="calls_of(model, x, model.inner)",
              expected="a list of 2 (args, kwargs) pairs", got=got if not isinstance(got, list) else
              f"a list of {len(got)}", nudge="`inner` is called twice: append one pair per call")
     _compare_call(t, got[0], 0, (x, x + 1), {}, kw_nudge=_KW_NUDGE,
@@ -407,11 +579,73 @@ def _(answer, t: Tester) -> None:
     x = torch.randn(4, 3, generator=torch.Generator().manual_seed(12))
     raw = model.lin(x).detach()
     got = answer(model, x, model.act)
-    t.expect(isinstance(got, list) and len(got) == 1, what="calls_of(model, x, model.act)",
+    t.expect_type(got, list, what="what calls_of returned", nudge="return the list of (args, kwargs) pairs")
+    t.expect(len(got) == 1, what="calls_of(model, x, model.act)",
              expected="a list of 1 (args, kwargs) pair", got=got, nudge="append one pair per call")
     _compare_call(t, got[0], 0, (raw,), {}, kw_nudge=_KW_NUDGE,
                   copy_nudge="the stored input lost its negative values: ReLU(inplace=True) rewrote "
                              "the tensor after your pre-hook ran. Store a copy, a.detach().clone()")
+
+
+@calls_of.case("a model that raises halfway through its forward: the hook must still go")
+def _(answer, t: Tester) -> None:
+    kit.expect_clean_after_raise(t, answer, seed=16)
+
+
+@calls_of.case("the caller changes its tensors in place after calls_of returned", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_KeywordCaller(), "a model that calls `inner` twice")
+    x = torch.randn(2, 2, generator=torch.Generator().manual_seed(17))
+    x_before = x.clone()
+    y = model.inner(x, x + 1).detach()
+    got = answer(model, x, model.inner)
+    kit.scribble(x)                      # the caller reuses its buffer
+    t.expect_type(got, list, what="what calls_of returned", nudge="return the list of (args, kwargs) pairs")
+    t.expect(len(got) == 2, what="len(calls_of(model, x, model.inner))", expected=2, got=len(got),
+             nudge="`inner` is called twice: append one pair per call")
+    _compare_call(t, got[0], 0, (x_before, x_before + 1), {}, kw_nudge=_KW_NUDGE,
+                  copy_nudge="the recorded x changed when the caller edited x in place afterwards: "
+                             "store copies of the positional arguments, a.detach().clone()")
+    _compare_call(t, got[1], 1, (), {"a": y, "b": x_before, "scale": 2.0}, kw_nudge=_KW_NUDGE,
+                  copy_nudge="the recorded keyword argument b (the caller's x) changed when the caller "
+                             "edited x in place afterwards: store copies of the keyword arguments' "
+                             "tensors too, v.detach().clone()")
+
+
+# Half-right answers: no with_kwargs (keywords never seen); reads args[0] (fails when the layer
+# gets keywords only); stores the arguments without copies (the in-place ReLU rewrites them);
+# never removes the hook, or removes it without `finally:` (a model that raises leaves it);
+# returns a dict or None (expect_type); hidden (inplace_after): copies the positional arguments
+# but not the keyword ones, which the caller's later in-place edit shows.
+
+
+@calls_of.wrong("removes the hook, but not in a finally block", mentions="`finally:` block")
+def _no_finally_calls(model, x, layer):
+    calls = []
+    handle = layer.register_forward_pre_hook(lambda m, args, kwargs: calls.append(
+        (tuple(_copy(a) for a in args), {k: _copy(v) for k, v in kwargs.items()})), with_kwargs=True)
+    model(x)
+    handle.remove()
+    return calls
+
+
+@calls_of.wrong("returns a dict keyed by call number", mentions="is a dict")
+def _as_dict(model, x, layer):
+    calls = {}
+    with layer.register_forward_pre_hook(lambda m, args, kwargs: calls.__setitem__(len(calls), (
+            tuple(_copy(a) for a in args), {k: _copy(v) for k, v in kwargs.items()})), with_kwargs=True):
+        model(x)
+    return calls
+
+
+@calls_of.wrong("copies the positional arguments but not the keyword ones", mentions="keyword arguments' "
+                "tensors too", hidden=True)
+def _no_copy_kwargs(model, x, layer):
+    calls = []
+    with layer.register_forward_pre_hook(lambda m, args, kwargs: calls.append(
+            (tuple(_copy(a) for a in args), dict(kwargs))), with_kwargs=True):
+        model(x)
+    return calls
 
 
 @calls_of.wrong("registers without with_kwargs", mentions="with_kwargs=True")

@@ -16,14 +16,15 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..data import blobs
-from ..inventory import TENSOR_HOOK_DICTS
+from ..inventory import hook_ids
 from ..models import MLP
+from . import kit
 from .core import Exercise, Tester
 
 
 def _tensor_hook_count(t: torch.Tensor) -> int:
-    """How many hooks are attached to ``t`` (the attributes pinned by inventory.py)."""
-    return sum(len(getattr(t, attr, None) or {}) for attr, _ in TENSOR_HOOK_DICTS)
+    """How many hooks are attached to ``t`` (tensor and post-accumulate-grad hooks)."""
+    return len(hook_ids(t, "tensor")) + len(hook_ids(t, "post_accumulate"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -124,6 +125,62 @@ def _(answer, t: Tester) -> None:
         "the gradient of h, [0, 3, 4], is clipped to [0, 0.6, 0.8]; x.grad is 3 times that"))
 
 
+# Half-right answers: forgets to return the new gradient; edits grad in place (fails on an
+# expanded gradient); clamps each element; rescales always; nd: clips each row (norm over the
+# last dimension) instead of the whole tensor, which is the same for a 1-D gradient only;
+# hidden: compares the squared norm (sum of squares) with max_norm, which agrees with the norm
+# when max_norm is 1 and makes a gradient of norm 3 under max_norm 4 larger.
+
+
+@clip_hook.case("a 2-D weight gradient with rows of different norms (the norm of the whole tensor)")
+def _(answer, t: Tester) -> None:
+    hook = _make_hook(answer, 1.0, t)
+    w = torch.zeros(2, 3, requires_grad=True)
+    coeff = torch.tensor([[3.0, 0.0, 0.0], [0.0, 4.0, 0.0]])   # norm 5, row norms 3 and 4
+    with w.register_hook(hook):
+        (w * coeff).sum().backward()
+    t.expect_close(w.grad, coeff / 5, what="w.grad (a 2 x 3 weight)", nudge=(
+        "the norm is that of the whole gradient, grad.norm() over every element: [[3, 0, 0], "
+        "[0, 4, 0]] has norm 5 and becomes [[0.6, 0, 0], [0, 0.8, 0]]"),
+        wrong={"rows": (torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]),
+                        "each row was clipped on its own: take the norm of the whole gradient, "
+                        "grad.norm(), not grad.norm(dim=...)")})
+
+
+@clip_hook.case("a conv weight gradient (4-D) of norm 3 under max_norm 4, then of norm 12", hidden=True)
+def _(answer, t: Tester) -> None:
+    hook = _make_hook(answer, 4.0, t)
+    w = torch.zeros(1, 1, 3, 3, requires_grad=True)
+    coeff = torch.ones(1, 1, 3, 3)                              # norm 3 (nine ones)
+    with w.register_hook(hook):
+        (w * coeff).sum().backward()
+        t.expect_close(w.grad, coeff, what="w.grad (norm 3, max_norm 4)", nudge=(
+            "a gradient whose norm (3) is below max_norm (4) must stay as it is: compare "
+            "grad.norm(), the square root of the sum of squares, with max_norm"))
+        w.grad = None
+        (w * 4 * coeff).sum().backward()                         # norm 12
+    t.expect_close(w.grad, coeff * 4 / 3, what="w.grad (norm 12, max_norm 4)",
+                   nudge="rescale the whole 4-D gradient to norm max_norm: grad * (max_norm / grad.norm())")
+
+
+@clip_hook.wrong("clips each row on its own (norm over the last dimension)", mentions="each row")
+def _per_row(max_norm):
+    def hook(grad):
+        norm = grad.norm(dim=-1, keepdim=True)
+        return grad * (max_norm / norm).clamp(max=1.0)
+    return hook
+
+
+@clip_hook.wrong("compares the squared norm with max_norm", mentions="square root", hidden=True)
+def _squared(max_norm):
+    def hook(grad):
+        squared = (grad ** 2).sum()
+        if squared > max_norm:
+            return grad * (max_norm / squared.sqrt())
+        return None
+    return hook
+
+
 @clip_hook.wrong("computes the clipped gradient but forgets to return it", mentions="unchanged")
 def _forgets_return(max_norm):
     def hook(grad):
@@ -207,6 +264,7 @@ def _mlp_problem(seed: int):
 
 
 def _expect_norms(t: Tester, got, expected: dict[str, float], nudge: str) -> None:
+    t.expect_type(got, dict, what="what grad_norms returned", nudge="return the dict name -> norm")
     if isinstance(got, dict) and len(expected) > 1 and len(got) == 1 and set(got) <= set(expected):
         t.expect(False, what="the names in your dict", expected=sorted(expected), got=sorted(got), nudge=(
             "every hook wrote under the same name: a function made in a loop sees the loop "
@@ -289,6 +347,44 @@ def _(answer, t: Tester) -> None:
     t.expect(n == 0, what="hooks left on 'h' after a failed backward", expected=0, got=n, nudge=(
         "loss.backward() raised, and your hook stayed attached. Register the hooks and call "
         "backward inside try:, and remove every handle in the finally: block"))
+
+
+# Half-right answers: a lambda in a loop binds the name late; hooks never removed, or removed
+# without `finally:` (a failing backward leaves them); reads .grad after backward (accumulated,
+# or absent on a non-leaf); returns the norm from the hook; hidden (technique): computes the
+# gradients with torch.autograd.grad instead of hooks and backward(), so no .grad is filled.
+
+
+@grad_norms.case("conv activations (4-D) and a conv weight: hooks fire and backward() fills .grad",
+                 hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.conv_model(4, seed=8), "a small conv net")
+    x = kit.conv_input(4, seed=8)
+    h = model[0](x)
+    ref_h, ref_w = torch.autograd.grad(model[2](model[1](h)).pow(2).mean(), [h, model[0].weight])
+    h = model[0](x)
+    loss = model[2](model[1](h)).pow(2).mean()
+    tensors = {"conv0 output": h, "conv0.weight": model[0].weight}
+    with kit.TensorHookWitness(tensors) as hooks, kit.GradWitness({"conv0.weight": model[0].weight}) as grads:
+        got = answer(tensors, loss)
+    t.expect(grads.accumulated["conv0.weight"] > 0, what="conv0.weight.grad after grad_norms",
+             expected="filled by loss.backward()", got="not accumulated", nudge=(
+                 "loss.backward() did not run: the task asks for one loss.backward() with a tensor "
+                 "hook per tensor (torch.autograd.grad returns gradients without filling .grad)"))
+    t.expect(hooks.fired("conv0 output") > 0, what="hooks on the conv output during backward",
+             expected="your tensor hook", got="none", nudge=(
+                 "record each norm with a tensor hook, tensor.register_hook(...), attached before "
+                 "loss.backward()"))
+    _expect_no_hooks(t, tensors)
+    _expect_norms(t, got, {"conv0 output": ref_h.norm().item(), "conv0.weight": ref_w.norm().item()},
+                  "record grad.norm().item() for the whole 4-D gradient your hook receives")
+
+
+@grad_norms.wrong("uses torch.autograd.grad instead of hooks and backward()", mentions="loss.backward() did not run",
+                  hidden=True)
+def _autograd_grad(tensors, loss):
+    grads = torch.autograd.grad(loss, list(tensors.values()))
+    return {name: g.norm().item() for name, g in zip(tensors, grads)}
 
 
 @grad_norms.wrong("a lambda in the loop captures the loop variable late", mentions="last value")
@@ -396,32 +492,71 @@ def _sgd_reference(model: nn.Module, x, y, lr: float, steps: int) -> list[torch.
     return [p.detach().clone() for p in ref.parameters()]
 
 
-def _run_sgd_case(answer, t: Tester, *, seed: int, steps: int, nudge: str, freeze: bool = False) -> None:
-    model, x, y = _mlp_problem(seed)
+def _sgd_problem(seed: int, model: nn.Module | None = None):
+    if model is None:
+        return _mlp_problem(seed)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(6, 4, generator=g)
+    return model, x, torch.randint(0, 3, (6,), generator=g)
+
+
+def _run_sgd_case(answer, t: Tester, *, seed: int, steps: int, nudge: str, freeze: bool = False,
+                  model: nn.Module | None = None) -> None:
+    model, x, y = _sgd_problem(seed, model)
     if freeze:
         model.fc1.weight.requires_grad_(False)
-    t.track(model, "the MLP")
+    t.track(model, "the model")
     expected = _sgd_reference(model, x, y, 0.1, steps)
     handles = answer(model, 0.1)
-    n_trainable = sum(1 for p in model.parameters() if p.requires_grad)
+    trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     try:
-        for _ in range(steps):
-            F.cross_entropy(model(x), y).backward()
+        t.expect_type(handles, (list, tuple), what="what attach_sgd returned", nudge=(
+            "return the list of handles, [p.register_post_accumulate_grad_hook(step) for p in ...], so "
+            "the caller can remove the hooks (a generator expression registers nothing until someone "
+            "iterates over it)"))
+        for name, p in trainable:
+            n = len(hook_ids(p, "post_accumulate"))
+            t.expect(n == 1, what=f"post-accumulate-grad hooks on {name}", expected=1, got=n, nudge=(
+                f"{name} has {n} post-accumulate-grad hooks. Register exactly one per parameter with "
+                "p.register_post_accumulate_grad_hook(step), looping over model.parameters() (it lists "
+                "every parameter of nested modules, a shared one once)"))
+        t.expect(len(handles) == len(trainable), what="what attach_sgd returned",
+                 expected=f"a list of {len(trainable)} handles", got=f"a list of {len(handles)}",
+                 nudge="return the list of handles, one per trainable parameter, so the caller can "
+                       "remove the hooks")
+        with kit.GradWitness(trainable) as grads:
+            for _ in range(steps):
+                F.cross_entropy(model(x), y).backward()
     finally:
         for h in handles if isinstance(handles, (list, tuple)) else []:
             h.remove()
-    t.expect(isinstance(handles, (list, tuple)) and len(handles) == n_trainable,
-             what="what attach_sgd returned", expected=f"a list of {n_trainable} handles",
-             got=handles if not isinstance(handles, (list, tuple)) else f"a list of {len(handles)}",
-             nudge="return the list of handles, one per trainable parameter, so the caller can "
-                   "remove the hooks")
     names = [n for n, _ in model.named_parameters()]
     for name, p in model.named_parameters():
         t.expect(p.grad is None, what=f"{name}.grad after backward", expected=None, got="a tensor",
                  nudge="set param.grad = None at the end of the hook, after the step, so gradients do "
                        "not pile up into the next backward")
+    for name, _ in trainable:
+        t.expect(grads.learner_hooks[name] == grads.accumulated[name] == steps,
+                 what=f"steps taken by {name}'s hook", expected=steps, got=grads.learner_hooks[name],
+                 nudge="every backward must accumulate into .grad and then run your hook once")
     for name, p, want in zip(names, model.parameters(), expected):
         t.expect_close(p.detach(), want, what=f"{name} after {steps} backward(s)", nudge=nudge)
+
+
+class _Tied(nn.Module):
+    """Two Linear layers that share one weight (tied weights), the second inside a Sequential."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(9)
+            self.first = nn.Linear(4, 4)
+            self.stack = nn.Sequential(nn.Tanh(), nn.Linear(4, 4))
+            self.stack[1].weight = self.first.weight
+            self.head = nn.Linear(4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.stack(self.first(x)))
 
 
 @attach_sgd.case("one backward of an MLP updates every parameter")
@@ -441,6 +576,62 @@ def _(answer, t: Tester) -> None:
 def _(answer, t: Tester) -> None:
     _run_sgd_case(answer, t, seed=7, steps=1, freeze=True,
                   nudge="a frozen parameter must not move; the others take one step")
+
+
+@attach_sgd.case("a nested model (a Sequential inside a module inside the model)")
+def _(answer, t: Tester) -> None:
+    _run_sgd_case(answer, t, seed=8, steps=1, model=kit.Nested(seed=8),
+                  nudge="every parameter, also those of nested modules, takes one step")
+
+
+@attach_sgd.case("a weight shared by two layers (tied weights) takes one step per backward", hidden=True)
+def _(answer, t: Tester) -> None:
+    _run_sgd_case(answer, t, seed=9, steps=2, model=_Tied(),
+                  nudge="a shared weight is one parameter: one hook, one step per backward")
+
+
+# Half-right answers: keeps p.grad (steps pile up); hooks frozen parameters (an error); returns
+# nothing or a generator (nothing registered); nested: walks model.children() and misses the
+# layers inside a submodule; technique: steps in a Tensor.register_hook hook (before .grad is
+# accumulated) instead of a post-accumulate-grad hook; hidden: walks model.modules() and hooks a
+# shared (tied) weight twice.
+
+
+def _step_hook(lr):
+    def step(p):
+        with torch.no_grad():
+            p.add_(p.grad, alpha=-lr)
+        p.grad = None
+    return step
+
+
+@attach_sgd.wrong("walks model.children() and misses nested layers", mentions="nested modules")
+def _children_only(model, lr):
+    return [p.register_post_accumulate_grad_hook(_step_hook(lr)) for layer in model.children()
+            for p in layer.parameters(recurse=False) if p.requires_grad]
+
+
+@attach_sgd.wrong("steps in a tensor hook (register_hook), before .grad is accumulated",
+                  mentions="post-accumulate-grad hooks on")
+def _tensor_hook(model, lr):
+    def make(p):
+        def step(grad):
+            with torch.no_grad():
+                p.add_(grad, alpha=-lr)
+        return step
+    return [p.register_hook(make(p)) for p in model.parameters() if p.requires_grad]
+
+
+@attach_sgd.wrong("returns a generator expression", mentions="is a generator")
+def _generator(model, lr):
+    return (p.register_post_accumulate_grad_hook(_step_hook(lr)) for p in model.parameters() if p.requires_grad)
+
+
+@attach_sgd.wrong("walks model.modules(), so a shared weight gets two hooks", mentions="a shared one once",
+                  hidden=True)
+def _per_module(model, lr):
+    return [p.register_post_accumulate_grad_hook(_step_hook(lr)) for m in model.modules()
+            for p in m.parameters(recurse=False) if p.requires_grad]
 
 
 @attach_sgd.wrong("forgets to set p.grad = None", mentions="param.grad = None")

@@ -1,0 +1,390 @@
+"""The kit of hard cases every exercise check draws on: small seeded models and probes.
+
+A check is worth what it rejects, and the same few dimensions catch most half-right answers
+(the design's "one kit of hard cases, many exercises"). Each exercise names the
+dimensions that apply to it in its ``DIMENSIONS`` comment and uses the builders below:
+
+``nested``
+    :class:`Nested`: a ``Sequential`` inside a module inside the model, so a walk over
+    ``model.named_children()`` (or ``model[i]``) misses the layers that do the work.
+``twice``
+    :class:`Twice`: one ``Linear`` called twice in one forward, so the first call is not
+    the last one and a hook fires twice.
+``raises``
+    :class:`Raising`: a model that raises :class:`KitError` halfway through its forward
+    (after its first layer ran), so a hook removed without ``finally:`` stays attached.
+``nd``
+    :func:`conv_model` and :func:`randn`: 3-D ``(N, C, L)`` and 4-D ``(N, C, H, W)``
+    tensors, so an answer that assumes ``(N, features)`` is caught.
+``inplace_after``
+    :class:`InplaceAfter` (an in-place ReLU right after a ``Linear``) and :func:`scribble`
+    (an in-place edit, by the check, of a tensor after the answer returned), so a stored
+    bare ``detach()`` (which shares memory) shows the later change.
+``repeat``
+    the same answer run again on the same model (no builder needed): state kept outside the
+    function, or a hook left from the first run, shows in the second.
+``technique``
+    :class:`HookWitness` (which kinds of hooks other than the kit's were attached to a
+    module while it ran), :class:`TensorHookWitness` (the same for tensor hooks during
+    backward) and :class:`GradWitness` (a parameter's ``.grad`` was accumulated by
+    ``backward()``, not assigned by hand): they prove the technique asked for was used.
+
+Every builder takes a ``seed`` and leaves the global random state alone; every model is
+tiny (a few dozen weights), so a check built from them stays far under its time budget.
+
+The probes are context managers: attach them around the learner's call (``with
+HookWitness(...) as w: answer(...)``); they remove their own hooks on exit, also when the
+answer raises, and count only hooks that are not theirs, so they never count as the
+learner's hooks and never appear as a leak in :meth:`Tester.leaks <.core.Tester.leaks>`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..inventory import hook_ids
+from ..models import seeded
+
+DIMENSIONS: list[str] = ["nested", "twice", "raises", "nd", "inplace_after", "repeat", "technique"]
+
+__all__ = [
+    "DIMENSIONS", "KitError", "Nested", "Twice", "Raising", "InplaceAfter", "conv_model", "conv_input", "randn",
+    "scribble", "call_expecting_kit_error", "HookWitness", "TensorHookWitness", "GradWitness",
+]
+
+
+def randn(*shape: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
+    """A seeded standard normal tensor of ``shape`` (times ``scale``); the global RNG is untouched."""
+    g = torch.Generator().manual_seed(seed)
+    return scale * torch.randn(*shape, generator=g)
+
+
+# -- nested ---------------------------------------------------------------------------------
+
+class _Block(nn.Module):
+    """``act(body(x))`` with ``body = Sequential(Linear(4, 6), ReLU, Linear(6, 6))``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 6))
+        self.act = nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.body(x))
+
+
+class Nested(nn.Module):
+    """Dimension ``nested``: ``head(encoder(x))`` where ``encoder`` is a module holding a
+    ``Sequential`` (``encoder.body``). Input ``(N, 4)``, output ``(N, 3)``.
+
+    ``named_children()`` of the model gives only ``encoder`` and ``head``; the layers that
+    compute are ``encoder.body.0`` (Linear), ``encoder.body.1`` (ReLU), ``encoder.body.2``
+    (Linear), ``encoder.act`` (Tanh) and ``head`` (Linear): :attr:`LEAVES`.
+    """
+
+    LEAVES = ("encoder.body.0", "encoder.body.1", "encoder.body.2", "encoder.act", "head")
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.encoder = _Block()
+            self.head = nn.Linear(6, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x))
+
+    def intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every module's output by qualified name (``""`` is the model), computed with
+        ``.forward`` so no hook fires; detached copies."""
+        out: dict[str, torch.Tensor] = {}
+        h = x
+        for i, layer in enumerate(self.encoder.body):
+            h = layer.forward(h)
+            out[f"encoder.body.{i}"] = h.detach().clone()
+        out["encoder.body"] = h.detach().clone()
+        h = self.encoder.act.forward(h)
+        out["encoder.act"] = out["encoder"] = h.detach().clone()
+        h = self.head.forward(h)
+        out["head"] = out[""] = h.detach().clone()
+        return out
+
+
+# -- twice ----------------------------------------------------------------------------------
+
+class Twice(nn.Module):
+    """Dimension ``twice``: ``out(block(tanh(block(x))))``, ``block`` a ``Linear(4, 4)`` called
+    twice in one forward. Input ``(N, 4)``, output ``(N, 2)``."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.block = nn.Linear(4, 4)
+            self.out = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.block(torch.tanh(self.block(x))))
+
+    def block_calls(self, x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``[(input, output), (input, output)]`` of the two calls of ``block``, without hooks."""
+        first_in = x.detach().clone()
+        first = self.block.forward(first_in).detach()
+        second_in = torch.tanh(first)
+        second = self.block.forward(second_in).detach()
+        return [(first_in, first.clone()), (second_in.clone(), second.clone())]
+
+
+# -- raises ---------------------------------------------------------------------------------
+
+class KitError(RuntimeError):
+    """What :class:`Raising` raises halfway through its forward."""
+
+
+class Raising(nn.Module):
+    """Dimension ``raises``: ``fc1`` runs, then the forward raises :class:`KitError` (while
+    ``fail`` is True) before ``fc2`` and ``head`` run. Input ``(N, 4)``.
+
+    With ``fail=False`` it is an ordinary ``head(relu(fc2(relu(fc1(x)))))``.
+    """
+
+    def __init__(self, seed: int = 0, *, fail: bool = True) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.fc1 = nn.Linear(4, 4)
+            self.fc2 = nn.Linear(4, 4)
+            self.head = nn.Linear(4, 2)
+        self.fail = fail
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        if self.fail:
+            raise KitError("the check's model raised halfway through its forward (on purpose)")
+        return self.head(torch.relu(self.fc2(h)))
+
+
+def call_expecting_kit_error(fn: Any, *args: Any, **kwargs: Any) -> tuple[bool, Any]:
+    """Call ``fn(*args, **kwargs)``; return ``(raised, result)``, swallowing :class:`KitError`
+    (an answer may let the model's error through, or catch it: both are fine)."""
+    try:
+        return False, fn(*args, **kwargs)
+    except KitError:
+        return True, None
+
+
+def expect_clean_after_raise(t: Any, answer: Any, *extra: Any, seed: int) -> None:
+    """Dimension ``raises`` as a whole case: ``answer(model, x, model.fc1, *extra)`` on a
+    :class:`Raising` model, then no hook of the learner's may be left on it (a hook removed
+    after ``model(x)`` instead of in a ``finally:`` stays when the model raises)."""
+    from ..inventory import list_hooks
+
+    model = t.track(Raising(seed=seed), "a model that raises halfway (after fc1)")
+    call_expecting_kit_error(answer, model, torch.zeros(1, 4), model.fc1, *extra)
+    left = [r for r in list_hooks(model) if not r.is_pytorch]
+    t.expect(not left, what="hooks left on the model after it raised", expected="none",
+             got=f"{len(left)} hook(s)", nudge=(
+                 "model(x) raised, and your hook stayed attached: call handle.remove() in the "
+                 "`finally:` block of a try: around model(x), so it runs even when the model raises"))
+
+
+# -- nd -------------------------------------------------------------------------------------
+
+def conv_model(dims: int = 4, seed: int = 0) -> nn.Sequential:
+    """Dimension ``nd``: ``Conv(2->4, k=3, pad=1), ReLU, Conv(4->3, k=1)``: ``Conv2d`` for
+    ``dims=4`` (input ``(N, 2, H, W)``), ``Conv1d`` for ``dims=3`` (input ``(N, 2, L)``).
+    Channels are dimension 1 of every output."""
+    conv = {3: nn.Conv1d, 4: nn.Conv2d}[dims]
+    with seeded(seed):
+        return nn.Sequential(conv(2, 4, 3, padding=1), nn.ReLU(), conv(4, 3, 1))
+
+
+def conv_input(dims: int = 4, seed: int = 0, batch: int = 2) -> torch.Tensor:
+    """A seeded input for :func:`conv_model`: ``(batch, 2, 5, 5)`` or ``(batch, 2, 7)``."""
+    return randn(batch, 2, 5, 5, seed=seed) if dims == 4 else randn(batch, 2, 7, seed=seed)
+
+
+# -- inplace_after --------------------------------------------------------------------------
+
+class InplaceAfter(nn.Module):
+    """Dimension ``inplace_after``: ``act(lin(x))`` with ``act = ReLU(inplace=True)``, so the
+    output of ``lin`` (and the input of ``act``) is overwritten right after ``lin`` returns.
+    The weights make about half of ``lin``'s outputs negative. Input ``(N, 3)``."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.lin = nn.Linear(3, 3)
+        with torch.no_grad():
+            self.lin.bias.zero_()
+        self.act = nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.lin(x))
+
+
+@torch.no_grad()
+def scribble(*tensors: torch.Tensor, value: float = 1000.0) -> None:
+    """Dimension ``inplace_after``: add ``value`` in place to each tensor (under no_grad), as
+    code that runs after the answer might. A recording that holds a bare ``detach()`` or the
+    tensor itself shows the change; a ``clone()`` does not."""
+    for t in tensors:
+        t.add_(value)
+
+
+# -- technique: probes ------------------------------------------------------------------------
+
+_MODULE_KINDS = ("forward_pre", "forward", "backward_pre", "backward")
+
+
+def _named(items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    return list(items.items()) if isinstance(items, Mapping) else list(items)
+
+
+class HookWitness:
+    """Dimension ``technique``: which kinds of hooks, other than the kit's, were attached to
+    each watched module (or globally) while it ran.
+
+    ``with HookWitness({"fc1": model.fc1}) as w: answer(model, x)``; then ``w.calls["fc1"]``
+    is how often fc1 ran and ``w.fired("fc1", "forward")`` how many of those calls had a
+    forward hook attached that is not the kit's (a hook attached while the module runs fires).
+    Kinds: ``forward_pre``, ``forward``, ``backward_pre``, ``backward``; a global module hook
+    of that kind counts too. The witness is a forward pre-hook put first (``prepend=True``)
+    and removed on exit.
+    """
+
+    def __init__(self, modules: Mapping[str, nn.Module] | Iterable[tuple[str, nn.Module]]):
+        self.modules = _named(modules)
+        self.calls: dict[str, int] = {name: 0 for name, _ in self.modules}
+        self._with: dict[str, dict[str, int]] = {name: {k: 0 for k in _MODULE_KINDS} for name, _ in self.modules}
+        self._handles: list[Any] = []
+        self._mine: set[int] = set()
+
+    def _probe(self, name: str) -> Any:
+        def witness(module: nn.Module, args: tuple) -> None:
+            self.calls[name] += 1
+            for kind in _MODULE_KINDS:
+                if hook_ids(module, kind) - self._mine or hook_ids(None, kind):
+                    self._with[name][kind] += 1
+        return witness
+
+    def fired(self, name: str, kind: str = "forward") -> int:
+        """How many calls of module ``name`` ran with a non-kit hook of ``kind`` attached."""
+        return self._with[name][kind]
+
+    def __enter__(self) -> HookWitness:
+        try:
+            for name, module in self.modules:
+                handle = module.register_forward_pre_hook(self._probe(name), prepend=True)
+                self._handles.append(handle)
+                self._mine.add(handle.id)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+class TensorHookWitness:
+    """Dimension ``technique``: whether tensor hooks other than the kit's were attached to
+    each watched tensor when backward reached it.
+
+    ``with TensorHookWitness({"h": h}) as w: answer(...)``; ``w.reached["h"]`` counts how
+    often backward reached ``h`` (with the gradient the kit saw last in ``w.grads["h"]``,
+    before any other hook changed it) and ``w.fired("h")`` how often a non-kit hook was
+    attached at that moment. Enter it before the answer registers its hooks (the kit's hook
+    runs first, hooks run in registration order); removed on exit.
+    """
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]):
+        self.tensors = _named(tensors)
+        self.reached: dict[str, int] = {name: 0 for name, _ in self.tensors}
+        self.grads: dict[str, torch.Tensor] = {}
+        self._with: dict[str, int] = {name: 0 for name, _ in self.tensors}
+        self._handles: list[Any] = []
+        self._mine: set[int] = set()
+
+    def _probe(self, name: str, tensor: torch.Tensor) -> Any:
+        def witness(grad: torch.Tensor) -> None:
+            self.reached[name] += 1
+            self.grads[name] = grad.detach().clone()
+            if hook_ids(tensor, "tensor") - self._mine:
+                self._with[name] += 1
+        return witness
+
+    def fired(self, name: str) -> int:
+        """How often backward reached tensor ``name`` with a non-kit tensor hook attached."""
+        return self._with[name]
+
+    def __enter__(self) -> TensorHookWitness:
+        try:
+            for name, tensor in self.tensors:
+                handle = tensor.register_hook(self._probe(name, tensor))
+                self._handles.append(handle)
+                self._mine.add(handle.id)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+class GradWitness:
+    """Dimension ``technique``: a parameter's ``.grad`` was accumulated by ``backward()``.
+
+    A post-accumulate-grad hook (the kit's, registered first, so it runs before any the
+    learner adds) counts in ``w.accumulated[name]`` each time backward accumulated into the
+    parameter and keeps a copy of the ``.grad`` it saw then (``w.grads[name]``).
+    ``w.filled_by_backward(name)`` says whether the parameter's ``.grad`` now is the one
+    backward left (not ``None``, not assigned or edited by hand afterwards).
+    ``w.learner_hooks[name]`` counts the accumulations during which a non-kit
+    post-accumulate-grad hook was attached. Parameters that do not require grad are skipped.
+    """
+
+    def __init__(self, params: Mapping[str, torch.Tensor] | Iterable[tuple[str, torch.Tensor]]):
+        self.params = [(n, p) for n, p in _named(params) if p.requires_grad]
+        self.accumulated: dict[str, int] = {name: 0 for name, _ in self.params}
+        self.learner_hooks: dict[str, int] = {name: 0 for name, _ in self.params}
+        self.grads: dict[str, torch.Tensor] = {}
+        self._handles: list[Any] = []
+        self._mine: set[int] = set()
+
+    def _probe(self, name: str) -> Any:
+        def witness(param: torch.Tensor) -> None:
+            self.accumulated[name] += 1
+            if param.grad is not None:
+                self.grads[name] = param.grad.detach().clone()
+            if hook_ids(param, "post_accumulate") - self._mine:
+                self.learner_hooks[name] += 1
+        return witness
+
+    def filled_by_backward(self, name: str) -> bool:
+        """True when ``.grad`` of ``name`` equals what backward accumulated last."""
+        param = dict(self.params)[name]
+        return (self.accumulated[name] > 0 and param.grad is not None and name in self.grads
+                and torch.equal(param.grad.detach(), self.grads[name]))
+
+    def __enter__(self) -> GradWitness:
+        try:
+            for name, param in self.params:
+                handle = param.register_post_accumulate_grad_hook(self._probe(name))
+                self._handles.append(handle)
+                self._mine.add(handle.id)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()

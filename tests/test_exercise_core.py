@@ -1,0 +1,127 @@
+"""The checker's own promises, on a small exercise made for the test: whose mistake an error is,
+type guards, hidden cases for grading, and the instructor's switch that hides solutions."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from hooktutor.exercises import core
+from hooktutor.exercises.core import Exercise
+
+
+def _double_grad_solution(model):
+    """Return the weight gradient of model.lin after one backward of model(x).sum()."""
+    model(torch.ones(1, 2)).sum().backward()
+    return model.lin.weight.grad
+
+
+def make_exercise(key: str) -> Exercise:
+    core.REGISTRY.pop(key, None)
+    ex = Exercise(key, "Weight gradient", task="return lin.weight.grad after one backward",
+                  hints=["call backward()", "read .grad"], solution=_double_grad_solution,
+                  answer_name="weight_grad")
+
+    def model():
+        torch.manual_seed(0)
+        m = nn.Module()
+        m.lin = nn.Linear(2, 2)
+        m.forward = lambda x: m.lin(x)
+        return m
+
+    @ex.case("a Linear(2, 2)")
+    def _visible(answer, t):
+        m = t.track(model())
+        got = answer(m)
+        t.expect_type(got, torch.Tensor, what="the returned gradient", nudge="return lin.weight.grad")
+        t.expect(torch.allclose(got, torch.ones(2, 2)), what="the gradient", expected=torch.ones(2, 2),
+                 got=got, nudge="backward of the sum")
+
+    @ex.case("the same, asked twice in a row", hidden=True)
+    def _hidden(answer, t):
+        for _ in range(2):
+            got = answer(t.track(model()))
+            t.expect(torch.allclose(got, torch.ones(2, 2)), what="the second gradient",
+                     expected=torch.ones(2, 2), got=got, nudge="a fresh model each time: no state between calls")
+
+    @ex.case("the check uses the gradient's norm")
+    def _crashes_on_none(answer, t):
+        m = model()
+        answer(m)
+        m.lin.weight.grad.norm()   # the check trusts the answer to have run backward()
+
+    return ex
+
+
+@pytest.fixture
+def ex():
+    exercise = make_exercise("test_core.weight_grad")
+    yield exercise
+    core.REGISTRY.pop("test_core.weight_grad", None)
+
+
+def test_the_solution_passes_visible_and_hidden_cases(ex):
+    assert ex.check(_double_grad_solution).passed
+    report = ex.check(_double_grad_solution, hidden=True)
+    assert report.passed and len(report.results) == 3
+
+
+def test_a_wrong_type_is_named_not_a_crash(ex):
+    report = ex.check(lambda m: m.lin.weight.grad.tolist() if m(torch.ones(1, 2)).sum().backward() is None else 0)
+    assert report.failure.status == "mismatch"
+    assert "the returned gradient is a list, but should be a Tensor" in report.text
+
+
+def test_none_returned_is_named(ex):
+    report = ex.check(lambda m: None)
+    assert "the returned gradient is None (nothing was returned)" in report.text
+
+
+def test_an_error_in_the_learners_code_is_theirs(ex):
+    def answer(m):
+        return m.lin.weight.grad.clone()          # no backward(): .grad is None, and *this* line fails
+
+    report = ex.check(answer)
+    assert report.failure.status == "error" and "raised an error" in report.text
+
+
+def test_a_crash_inside_the_check_names_the_cause(ex):
+    def answer(m):
+        with torch.no_grad():                     # no graph: backward never fills .grad
+            return torch.ones(2, 2)
+
+    ex.cases = [c for c in ex.cases if c[0] == "the check uses the gradient's norm"]
+    report = ex.check(answer)
+    assert report.failure.status == "unusable"
+    assert "gave the check something it cannot use" in report.text
+    assert "a .grad that backward() never filled" in report.text
+
+
+def test_hidden_cases_run_only_when_asked(ex):
+    calls = []
+
+    def stateful(m, _seen=[]):                   # noqa: B006 - the mistake on purpose
+        calls.append(1)
+        _seen.append(1)
+        m(torch.ones(1, 2)).sum().backward()
+        return m.lin.weight.grad * len(_seen) if len(_seen) > 2 else m.lin.weight.grad
+
+    ex.cases = ex.cases[:1]
+    assert ex.check(stateful).passed
+    report = ex.check(stateful, hidden=True)
+    assert not report.passed and "no state between calls" in report.text
+
+
+def test_solutions_switched_off_for_a_graded_class(ex, monkeypatch):
+    monkeypatch.setenv(core.SOLUTIONS_ENV, "off")
+    assert not core.solutions_available()
+    assert "switched off for this course" in repr(ex.solution())
+    assert "def weight_grad" not in repr(ex.solution())
+    with pytest.raises(core.SolutionsOff, match="HOOKTUTOR_SOLUTIONS=off"):
+        ex.reference  # noqa: B018
+    report = ex.check(lambda m: None)
+    assert ".hint() gives a hint" in report.text and ".solution()" not in report.text
+    assert "that was the last hint" in repr(ex.hint(2)) and "solution" not in repr(ex.hint(2))
+    monkeypatch.setenv(core.SOLUTIONS_ENV, "on")
+    assert "def weight_grad" in repr(ex.solution())

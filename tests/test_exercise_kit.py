@@ -1,0 +1,137 @@
+"""The kit of hard cases (hooktutor/exercises/kit.py): each builder has the property its
+dimension relies on, and the probes see the learner's hooks but never leave or count their own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import hooktutor as ht
+from hooktutor.exercises import core, kit
+
+
+def test_dimensions_are_named_and_documented():
+    assert kit.DIMENSIONS == ["nested", "twice", "raises", "nd", "inplace_after", "repeat", "technique"]
+    for dim in kit.DIMENSIONS:
+        assert f"``{dim}``" in kit.__doc__
+    for name in kit.__all__:
+        assert getattr(kit, name).__doc__ or name == "DIMENSIONS"
+
+
+def test_builders_are_seeded_and_leave_the_global_rng_alone():
+    state = torch.random.get_rng_state()
+    for build in (kit.Nested, kit.Twice, kit.Raising, kit.InplaceAfter):
+        a, b = build(seed=3), build(seed=3)
+        assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    assert torch.equal(kit.randn(2, 3, seed=1), kit.randn(2, 3, seed=1))
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_nested_hides_its_layers_from_named_children():
+    model = kit.Nested(seed=0)
+    assert [n for n, _ in model.named_children()] == ["encoder", "head"]
+    assert set(kit.Nested.LEAVES) <= {n for n, _ in model.named_modules()}
+    x = kit.randn(2, 4, seed=0)
+    inter = model.intermediates(x)
+    assert torch.allclose(inter[""], model(x))
+    assert inter["encoder.body.0"].shape == (2, 6) and inter["head"].shape == (2, 3)
+
+
+def test_twice_calls_its_block_twice():
+    model = kit.Twice(seed=0)
+    x = kit.randn(2, 4, seed=0)
+    seen = []
+    with model.block.register_forward_hook(lambda m, a, o: seen.append(o.detach().clone())):
+        model(x)
+    calls = model.block_calls(x)
+    assert len(seen) == 2 and all(torch.allclose(s, c[1]) for s, c in zip(seen, calls))
+
+
+def test_raising_raises_after_its_first_layer():
+    model = kit.Raising(seed=0)
+    ran = []
+    with model.fc1.register_forward_hook(lambda *a: ran.append("fc1")), \
+            model.fc2.register_forward_hook(lambda *a: ran.append("fc2")):
+        raised, _ = kit.call_expecting_kit_error(model, torch.zeros(1, 4))
+    assert raised and ran == ["fc1"]
+    model.fail = False
+    assert model(torch.zeros(1, 4)).shape == (1, 2)
+
+
+@pytest.mark.parametrize("dims, shape", [(3, (2, 3, 7)), (4, (2, 3, 5, 5))])
+def test_conv_models_have_channels_in_dimension_1(dims, shape):
+    assert kit.conv_model(dims, seed=0)(kit.conv_input(dims, seed=0)).shape == shape
+
+
+def test_inplace_after_overwrites_the_linear_output_and_scribble_changes_shared_memory():
+    model = kit.InplaceAfter(seed=0)
+    x = kit.randn(4, 3, seed=0)
+    kept = []
+    with model.lin.register_forward_hook(lambda m, a, o: kept.append((o.detach(), o.detach().clone()))):
+        model(x)
+    bare, copy = kept[0]
+    assert (copy < 0).any() and not torch.equal(bare, copy)
+    t = torch.ones(2)
+    alias, clone = t.detach(), t.clone()
+    kit.scribble(t)
+    assert torch.equal(alias, t) and torch.equal(clone, torch.ones(2))
+
+
+def test_hook_witness_sees_the_learners_hooks_not_its_own():
+    model = kit.Nested(seed=0)
+    tester = core.Tester()
+    tester.track(model)
+    with kit.HookWitness({n: model.get_submodule(n) for n in kit.Nested.LEAVES}) as w:
+        with model.head.register_forward_hook(lambda *a: None):
+            model(kit.randn(1, 4, seed=0))
+        model(kit.randn(1, 4, seed=0))
+    assert w.calls["head"] == 2 and w.fired("head") == 1 and w.fired("encoder.act") == 0
+    assert w.fired("head", "forward_pre") == 0
+    assert tester.leaks() == [] and len(ht.list_hooks(model)) == 0
+
+
+def test_hook_witness_counts_a_global_hook_and_cleans_up_when_the_answer_raises():
+    from torch.nn.modules.module import register_module_forward_hook
+    model = kit.Raising(seed=0)
+    with pytest.raises(kit.KitError):
+        with kit.HookWitness({"fc1": model.fc1}) as w:
+            with register_module_forward_hook(lambda *a: None):
+                model(torch.zeros(1, 4))
+    assert w.fired("fc1") == 1 and len(ht.list_hooks(model)) == 0
+
+
+def test_tensor_hook_witness():
+    a = torch.ones(3, requires_grad=True)
+    b = a * 2
+    with kit.TensorHookWitness({"a": a, "b": b}) as w:
+        with b.register_hook(lambda g: g * 10):
+            b.sum().backward()
+    assert w.reached == {"a": 1, "b": 1} and w.fired("b") == 1 and w.fired("a") == 0
+    assert torch.equal(w.grads["a"], torch.full((3,), 20.0))   # after the learner's hook on b
+    assert not a._backward_hooks and not b._backward_hooks
+
+
+def test_grad_witness_tells_backward_from_a_hand_assignment():
+    lin = torch.nn.Linear(2, 1)
+    lin.bias.requires_grad_(False)
+    with kit.GradWitness(dict(lin.named_parameters())) as w:
+        lin(torch.ones(1, 2)).sum().backward()
+    assert list(w.accumulated) == ["weight"] and w.accumulated["weight"] == 1
+    assert w.filled_by_backward("weight") and w.learner_hooks["weight"] == 0
+    lin.weight.grad = torch.ones_like(lin.weight) * 7
+    assert not w.filled_by_backward("weight")
+    assert len(ht.list_hooks(lin)) == 0
+
+    other = torch.nn.Linear(2, 1)
+    other.weight.grad = torch.ones_like(other.weight)   # assigned, no backward at all
+    with kit.GradWitness({"weight": other.weight}) as w2:
+        pass
+    assert not w2.filled_by_backward("weight")
+
+
+def test_grad_witness_sees_a_learners_post_accumulate_hook():
+    p = torch.nn.Parameter(torch.ones(2))
+    with kit.GradWitness({"p": p}) as w:
+        with p.register_post_accumulate_grad_hook(lambda t: None):
+            (p * 3).sum().backward()
+    assert w.learner_hooks["p"] == 1 and torch.equal(w.grads["p"], torch.full((2,), 3.0))

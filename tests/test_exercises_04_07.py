@@ -1,0 +1,93 @@
+"""The exercise checks of lessons 04, 05 and 07 against answers that return the wrong kind of
+thing, plus the facts their hard cases rely on (so a torch release that changes one shows here,
+not as a check that silently stops rejecting its wrong answer)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from hooktutor.exercises import backward_hooks, capstone, inplace_relu
+
+MINE = {ex.key: ex for mod in (backward_hooks, capstone, inplace_relu)
+        for ex in vars(mod).values() if type(ex).__name__ == "Exercise"}
+JUNK = {"None": None, "a list": [], "a float": 3.0, "a str": "fc1", "a tensor": torch.zeros(1),
+        "a dict": {}, "a tuple": (None,)}
+
+
+def test_all_ten_exercises_are_here():
+    assert len(MINE) == 10
+
+
+@pytest.mark.parametrize("key", sorted(MINE))
+@pytest.mark.parametrize("junk", sorted(JUNK))
+def test_an_answer_of_the_wrong_type_gets_a_nudge_never_a_crash_of_the_check(key, junk):
+    value = JUNK[junk]
+    report = MINE[key].check(lambda *args, **kwargs: value, hidden=True)
+    assert not report.passed
+    bad = report.failure
+    assert bad is not None and bad.status in ("mismatch", "error", "unusable"), report.text
+    assert bad.detail.get("why"), report.text
+    assert bad.status != "unusable", f"{key}: {junk} crashed the check:\n{report.text}"
+
+
+def test_a_hook_that_cuts_the_gradient_leaves_weight_grad_none_and_is_named():
+    def cuts(layer, max_abs):
+        return layer.register_full_backward_hook(lambda m, gi, go: tuple(None for _ in gi))
+
+    report = backward_hooks.clip_input_grad.check(cuts)
+    assert not report.passed and report.failure.status == "mismatch"
+    assert "no gradient reached fc1" in report.text
+
+
+@pytest.mark.parametrize("key", sorted(MINE))
+def test_the_solution_passes_visible_and_hidden_cases_quickly(key):
+    ex = MINE[key]
+    start = time.perf_counter()
+    report = ex.check(ex.reference, hidden=True)
+    assert report.passed, report.text
+    assert time.perf_counter() - start < 1.0
+
+
+def test_the_reordered_model_backpropagates_in_another_order_than_named_modules():
+    model = backward_hooks._Reordered(seed=9)
+    x, _ = backward_hooks.blobs(16, seed=9)
+    norms = backward_hooks._linear_output_norms(model, x)
+    assert [n for n, _ in model.named_modules() if n] == ["head", "mid", "stem"]
+    assert norms["stem"] < norms["mid"] < norms["head"]
+
+
+def test_a_full_backward_hook_before_any_inplace_module_raises_whatever_its_class():
+    model = inplace_relu._other_classes_model(seed=17)
+    for m in model.modules():
+        if isinstance(m, nn.ReLU):
+            m.inplace = False
+    handle = model.features.conv1.register_full_backward_hook(lambda m, gi, go: None)
+    try:
+        with pytest.raises(RuntimeError, match="BackwardHookFunction"):
+            model(torch.ones(1, 1, 5, 5))
+    finally:
+        handle.remove()
+
+
+def test_the_inplace_threshold_makes_live_channels_look_dead_to_a_bare_detach():
+    model = capstone._probe_model()
+    model.append(nn.Threshold(5.0, 0.0, inplace=True))
+    kept = []
+    with model[1].register_forward_hook(lambda m, a, o: kept.append((o.detach(), o.detach().clone()))):
+        for x in capstone._dim_batches(2, seed=8):
+            model(x)
+    assert all(bool((bare > 0).sum() == 0) for bare, _ in kept)
+    fresh = torch.stack([(c > 0).flatten(2).any(dim=0).any(dim=1) for _, c in kept]).any(dim=0)
+    assert fresh.tolist() == [True, False, False, True, False]
+
+
+def test_the_lstm_returns_a_tuple_that_isfinite_refuses():
+    model = capstone._LSTMThenLog(seed=11)
+    out = model.lstm(torch.zeros(1, 2, 3))
+    assert isinstance(out, tuple)
+    with pytest.raises(TypeError, match="not tuple"):
+        torch.isfinite(out)
