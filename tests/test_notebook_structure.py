@@ -90,7 +90,7 @@ def test_exercises_have_answer_and_check_cells(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_ignored_outputs_are_rare(path):
-    """nbval-ignore-output is for timings and the learner's machine only."""
+    """nbval-ignore-output is for timings, the learner's machine and numbers that training produced."""
     nb = load(path)
     ignored = [c for c in nb.cells if "nbval-ignore-output" in tags(c)]
     assert len(ignored) <= 4, f"{path.name} ignores {len(ignored)} outputs"
@@ -135,3 +135,16 @@ def test_version_dependent_claims_are_marked_and_checked_in_their_lessons():
                 f"{lesson}: no cell checks {claim.id} through versions.expected"
             assert any(re.search(rf"(since|before) (torch )?{re.escape(major_minor)}\b", c.source) for c in cells), \
                 f"{lesson}: does not say 'since torch {major_minor}' for {claim.id}"
+
+
+VERDICT_BY_DECREE = re.compile(r"""else\s+["']\?["']|assert\s+\w*verdict\w*\s*==\s*["']""")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_verdicts_are_checked_on_behaviour_not_decreed(path):
+    """A claim's verdict is proved by asserting what torch does: not a string the cell wrote itself
+    and then asserted, nor one that falls back to '?' when the observation disagrees."""
+    nb = load(path)
+    bad = [(i, line.strip()) for i, c in enumerate(nb.cells) if c.cell_type == "code"
+           for line in c.source.splitlines() if VERDICT_BY_DECREE.search(line)]
+    assert not bad, f"{path.name}: verdicts asserted as strings instead of on the behaviour: {bad}"
