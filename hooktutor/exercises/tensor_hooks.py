@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils.hooks import RemovableHandle
 
 from ..data import blobs
 from ..inventory import hook_ids
@@ -514,6 +515,11 @@ def _run_sgd_case(answer, t: Tester, *, seed: int, steps: int, nudge: str, freez
             "return the list of handles, [p.register_post_accumulate_grad_hook(step) for p in ...], so "
             "the caller can remove the hooks (a generator expression registers nothing until someone "
             "iterates over it)"))
+        odd = [h for h in handles if not isinstance(h, RemovableHandle)]
+        t.expect(not odd, what="what attach_sgd returned", expected="a list of handles",
+                 got=f"{type(odd[0]).__name__} values in the list" if odd else "", nudge=(
+                     "return the handles that p.register_post_accumulate_grad_hook(step) gives back, one "
+                     "per parameter: they are what the caller calls .remove() on"))
         for name, p in trainable:
             n = len(hook_ids(p, "post_accumulate"))
             t.expect(n == 1, what=f"post-accumulate-grad hooks on {name}", expected=1, got=n, nudge=(
@@ -527,9 +533,10 @@ def _run_sgd_case(answer, t: Tester, *, seed: int, steps: int, nudge: str, freez
         with kit.GradWitness(trainable) as grads:
             for _ in range(steps):
                 F.cross_entropy(model(x), y).backward()
-    finally:
+    finally:   # whatever came back, the answer's hooks are removed by the leak check anyway
         for h in handles if isinstance(handles, (list, tuple)) else []:
-            h.remove()
+            if isinstance(h, RemovableHandle):
+                h.remove()
     names = [n for n, _ in model.named_parameters()]
     for name, p in model.named_parameters():
         t.expect(p.grad is None, what=f"{name}.grad after backward", expected=None, got="a tensor",
@@ -603,6 +610,19 @@ def _step_hook(lr):
             p.add_(p.grad, alpha=-lr)
         p.grad = None
     return step
+
+
+@attach_sgd.wrong("returns the parameters it hooked instead of the handles", mentions="gives back, one per parameter")
+def _returns_parameters(model, lr):
+    def step(param):
+        with torch.no_grad():
+            param.add_(param.grad, alpha=-lr)
+        param.grad = None
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.register_post_accumulate_grad_hook(step)
+    return params
 
 
 @attach_sgd.wrong("walks model.children() and misses nested layers", mentions="nested modules")
