@@ -8,6 +8,9 @@ random state, so creating a model in one cell never changes what another cell dr
   its ReLUs (lesson 05, the hook lab, the capstone).
 * :class:`TwoInputNet` — a module called with two tensors and a keyword argument
   (lessons 02 and 04: what ``args`` and ``grad_input`` contain).
+* :class:`BasicBlock` — torchvision's ResNet basic block, tiny: one in-place ``self.relu``
+  called twice and ``out += identity`` (lessons 02 and 05: what ResNet feature extractors
+  meet). :class:`TinyResNet` — a stem, two such blocks, a pool and a classifier.
 * :func:`deep_mlp` — a 20+ layer network for the benchmarks.
 
 Taught in ``00_start_here.ipynb`` (the map of models) and used throughout.
@@ -120,6 +123,109 @@ class TwoInputNet(nn.Module):
 
     def forward(self, a: torch.Tensor, b: torch.Tensor, *, scale: float = 1.0) -> torch.Tensor:
         return scale * (self.mix(a) + 10 * b)
+
+
+def _conv3x3(in_channels: int, out_channels: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_channels, out_channels, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+class BasicBlock(nn.Module):
+    """torchvision's ResNet ``BasicBlock``, rebuilt without torchvision and small (4 channels).
+
+    ``conv1 -> bn1 -> relu -> conv2 -> bn2``, then ``out += identity`` (the input, or
+    ``downsample(x)``, a 1x1 conv and a BatchNorm, when the stride or the channel count changes)
+    and ``relu`` again. As in torchvision, ``self.relu`` is **one** ``nn.ReLU(inplace=True)``
+    module called twice, so a hook on it fires twice per forward; and ``+=`` and the second
+    ReLU write into ``bn2``'s output, so an ``output.detach()`` stored by a hook on ``bn2``
+    changes under it. Lessons ``02_forward_hooks.ipynb`` (a dict keyed by module name keeps
+    only the second call) and ``05_inplace_relu_pitfall.ipynb`` (the overwritten ``detach()``)
+    teach both. Input: ``(N, in_channels, H, W)``, e.g. ``(2, 4, 8, 8)``.
+    """
+
+    def __init__(self, in_channels: int = 4, channels: int = 4, stride: int = 1, *, seed: int = 0):
+        super().__init__()
+        with seeded(seed):
+            self.conv1 = _conv3x3(in_channels, channels, stride)
+            self.bn1 = nn.BatchNorm2d(channels)
+            self.relu = nn.ReLU(inplace=True)
+            self.conv2 = _conv3x3(channels, channels)
+            self.bn2 = nn.BatchNorm2d(channels)
+            self.downsample: nn.Sequential | None = None
+            if stride != 1 or in_channels != channels:
+                self.downsample = nn.Sequential(
+                    nn.Conv2d(in_channels, channels, kernel_size=1, stride=stride, bias=False),
+                    nn.BatchNorm2d(channels),
+                )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x
+        out = self.conv1(x)
+        out = self.bn1(out)
+        out = self.relu(out)
+        out = self.conv2(out)
+        out = self.bn2(out)
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        out = self.relu(out)
+        return out
+
+    def forward_with_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The output and clones of every step, computed without hooks (``.forward`` calls).
+
+        Keys: ``"conv1"``, ``"bn1"``, ``("relu", 0)``, ``"conv2"``, ``"bn2"``,
+        ``"downsample"`` (when there is one), ``"add"`` (``bn2 + identity``) and
+        ``("relu", 1)``: the two calls of the one ReLU are told apart by their index, as
+        ``capture``'s ``rec["relu", 0]`` does. Clones, because the block overwrites
+        ``bn1``'s and ``bn2``'s outputs in place.
+        """
+        inter: dict = {}
+
+        def keep(key, t: torch.Tensor) -> torch.Tensor:
+            inter[key] = t.detach().clone()
+            return t
+
+        out = keep("conv1", self.conv1.forward(x))
+        out = keep("bn1", self.bn1.forward(out))
+        out = keep(("relu", 0), self.relu.forward(out))
+        out = keep("conv2", self.conv2.forward(out))
+        out = keep("bn2", self.bn2.forward(out))
+        identity = x
+        if self.downsample is not None:
+            for layer in self.downsample:
+                identity = layer.forward(identity)
+            keep("downsample", identity)
+        out += identity
+        keep("add", out)
+        out = keep(("relu", 1), self.relu.forward(out))
+        return out, inter
+
+
+class TinyResNet(nn.Module):
+    """A ResNet in miniature for ``(N, 1, H, W)`` images (e.g. :func:`hooktutor.data.shapes`).
+
+    torchvision's names: ``conv1 -> bn1 -> relu`` (the stem, its ReLU in place), ``layer1``
+    (``BasicBlock(4, 4)`` and ``BasicBlock(4, 8, stride=2)`` with a downsample), ``avgpool``
+    and ``fc``, so hooks read ``layer1.0.relu``, ``layer1.1.bn2``... Block ``i`` is built
+    with ``seed + 1 + i``: ``TinyResNet(seed=0).layer1[0]`` has the weights of
+    ``BasicBlock(seed=1)``.
+    """
+
+    def __init__(self, num_classes: int = 3, *, seed: int = 0):
+        super().__init__()
+        with seeded(seed):
+            self.conv1 = _conv3x3(1, 4)
+            self.bn1 = nn.BatchNorm2d(4)
+            self.relu = nn.ReLU(inplace=True)
+            self.layer1 = nn.Sequential(BasicBlock(4, 4, seed=seed + 1),       # their own seeds,
+                                        BasicBlock(4, 8, stride=2, seed=seed + 2))  # stream unchanged
+            self.avgpool = nn.AdaptiveAvgPool2d(1)
+            self.fc = nn.Linear(8, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.relu(self.bn1(self.conv1(x)))
+        x = self.layer1(x)
+        return self.fc(self.avgpool(x).flatten(1))
 
 
 def deep_mlp(depth: int = 24, width: int = 64, in_features: int = 8, out_features: int = 3,

@@ -96,3 +96,68 @@ def test_blobs_and_batches():
 def test_bad_data_arguments(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def _block_input(channels=4, seed=0):
+    return torch.randn(2, channels, 8, 8, generator=torch.Generator().manual_seed(seed))
+
+
+def test_basic_block_has_torchvisions_layout_and_one_relu_called_twice():
+    block = models.BasicBlock(seed=0)
+    assert [n for n, _ in block.named_children()] == ["conv1", "bn1", "relu", "conv2", "bn2"]
+    assert isinstance(block.relu, nn.ReLU) and block.relu.inplace and models.inplace_modules(block) == ["relu"]
+    assert block.conv1.bias is None and block.downsample is None
+    calls = {name: 0 for name, _ in block.named_children()}
+    handles = [m.register_forward_hook(lambda mod, a, o, n=n: calls.__setitem__(n, calls[n] + 1))
+               for n, m in block.named_children()]
+    try:
+        out = block(_block_input())
+    finally:
+        for h in handles:
+            h.remove()
+    assert calls == {"conv1": 1, "bn1": 1, "relu": 2, "conv2": 1, "bn2": 1}
+    assert out.shape == (2, 4, 8, 8) and out.min() == 0
+
+
+def test_basic_block_is_seeded():
+    torch.manual_seed(1)
+    expected = torch.rand(1)
+    torch.manual_seed(1)
+    a, b = models.BasicBlock(seed=3), models.BasicBlock(seed=3)
+    assert torch.rand(1) == expected
+    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not torch.equal(models.BasicBlock(seed=4).conv1.weight, a.conv1.weight)
+
+
+def test_basic_block_adds_the_identity_in_place_into_bn2s_output():
+    block = models.BasicBlock(seed=0)
+    x = _block_input()
+    out_ref, inter = block.forward_with_intermediates(x)
+    kept = {}
+
+    def keep(module, args, output):
+        kept["detach"], kept["clone"], kept["version"] = output.detach(), output.detach().clone(), output._version
+
+    with block.bn2.register_forward_hook(keep):
+        out = block(x)
+    assert kept["version"] == 0 and kept["detach"]._version == 2      # += and the second ReLU
+    assert kept["detach"].data_ptr() == out.data_ptr()                 # the block returns bn2's tensor
+    assert torch.equal(kept["clone"], inter["bn2"]) and not torch.equal(kept["detach"], inter["bn2"])
+    assert torch.equal(inter["add"], inter["bn2"] + x) and torch.equal(kept["detach"], torch.relu(inter["add"]))
+    assert torch.equal(out, out_ref) and torch.equal(out, inter["relu", 1])
+    assert torch.equal(inter["relu", 0], torch.relu(inter["bn1"]))
+    assert torch.equal(x, _block_input())                              # the input is left alone
+
+
+def test_basic_block_downsample_and_tiny_resnet_shapes():
+    block = models.BasicBlock(4, 8, stride=2, seed=0)
+    assert isinstance(block.downsample, nn.Sequential)
+    out, inter = block.forward_with_intermediates(_block_input())
+    assert out.shape == inter["downsample"].shape == (2, 8, 4, 4) and torch.equal(out, block(_block_input()))
+    net = models.TinyResNet(seed=0)
+    x, _ = data.shapes(4)
+    assert net(x).shape == (4, 3)
+    assert models.inplace_modules(net) == ["relu", "layer1.0.relu", "layer1.1.relu"]
+    assert torch.equal(net.layer1[0].conv1.weight, models.BasicBlock(seed=1).conv1.weight)
+    assert torch.equal(net.fc.weight, models.TinyResNet(seed=0).fc.weight)
+    assert not torch.equal(net.fc.weight, models.TinyResNet(seed=1).fc.weight)

@@ -148,3 +148,18 @@ def test_verdicts_are_checked_on_behaviour_not_decreed(path):
     bad = [(i, line.strip()) for i, c in enumerate(nb.cells) if c.cell_type == "code"
            for line in c.source.splitlines() if VERDICT_BY_DECREE.search(line)]
     assert not bad, f"{path.name}: verdicts asserted as strings instead of on the behaviour: {bad}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_lessons_end_with_further_reading_from_the_pytorch_docs(path):
+    last = load(path).cells[-1]
+    assert last.cell_type == "markdown" and last.source.startswith("## Further reading"), (
+        f"{path.name} should end with a '## Further reading' cell")
+    assert "https://docs.pytorch.org/docs/stable/" in last.source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_the_colab_setup_cell_is_collapsed_for_a_local_learner(path):
+    """It only does something on Colab: locally it stays out of the way, folded away."""
+    (cell,) = [c for c in load(path).cells if "colab-setup" in tags(c)]
+    assert COLAB_MARKER in cell.source and cell.metadata.get("jupyter", {}).get("source_hidden") is True
