@@ -2,6 +2,7 @@
 """Set up the hooktutor course environment and run it. Needs only Python 3.10+.
 
     python3 course.py lab       # create .venv if missing, install pinned versions, open JupyterLab
+    python3 course.py lab --instructor   # the same, with nbgrader's instructor tooling shown
     python3 course.py test      # the same set-up, then the whole test suite
     python3 course.py regen     # re-execute every notebook top to bottom, storing its outputs
     python3 course.py doctor    # check the environment and say what to fix
@@ -128,13 +129,84 @@ def notebooks() -> list[Path]:
     return sorted(p for p in NOTEBOOKS.glob("*.ipynb"))
 
 
-def cmd_lab(args: list[str]) -> int:
-    ensure_env()
-    say("starting JupyterLab on notebooks/ (open the URL printed below; Ctrl-C stops it)")
+# -- the JupyterLab of the course -----------------------------------------------------------
+# A learner's Lab shows no instructor tooling and asks nothing about news. nbgrader (installed
+# for the instructors' tests and grading) brings lab extensions (an "Nbgrader" menu, a
+# "Validate" button, a "Create Assignment" panel) and server extensions; `lab` switches them
+# off unless `--instructor` is given. The settings live in a configuration folder inside the
+# course environment, written by `lab` on every start and put on JUPYTER_CONFIG_PATH for that
+# one server only: nothing is written to the user's home configuration, and a fresh .venv
+# gets it from this file.
+INSTRUCTOR_FLAG = "--instructor"
+NBGRADER_LAB_EXTENSION = "@jupyter/nbgrader"
+NBGRADER_SERVER_EXTENSIONS = ("nbgrader.server_extensions.assignment_list",
+                              "nbgrader.server_extensions.course_list",
+                              "nbgrader.server_extensions.formgrader",
+                              "nbgrader.server_extensions.validate_assignment")
+# JupyterLab's own supported switches: no news fetched, no update checks, and (so no prompt
+# appears) the question "get notified about official Jupyter news?" already answered no.
+LAB_SETTING_DEFAULTS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
+                                                                         "checkForUpdates": False}}
+
+
+def lab_config(instructor: bool = False) -> dict[str, object]:
+    """The files of the Lab configuration folder (relative path -> JSON content)."""
+    server: dict[str, object] = {
+        "LabApp": {"news_url": None,
+                   "check_for_updates_class": "jupyterlab.handlers.announcements.NeverCheckForUpdate"}}
+    page: dict[str, object] = {"disabledExtensions": {}}
+    if not instructor:
+        server["ServerApp"] = {"jpserver_extensions": dict.fromkeys(NBGRADER_SERVER_EXTENSIONS, False)}
+        page["disabledExtensions"] = {NBGRADER_LAB_EXTENSION: True}
+    return {"jupyter_server_config.json": server,
+            "labconfig/page_config.json": page,
+            "labconfig/default_setting_overrides.json": LAB_SETTING_DEFAULTS}
+
+
+def lab_config_dir(instructor: bool = False) -> Path:
+    """Where `lab` keeps that folder: inside the course environment, one per mode."""
+    return venv_dir() / "etc" / "hooktutor" / ("lab-instructor" if instructor else "lab-learner")
+
+
+def write_lab_config(folder: Path, instructor: bool = False) -> Path:
+    """Write the configuration folder of the mode into ``folder`` (replacing what was there)."""
+    for name, content in lab_config(instructor).items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
+    return folder
+
+
+def lab_environment(folder: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) with ``folder`` first on JUPYTER_CONFIG_PATH."""
+    env = dict(os.environ if environ is None else environ)
+    rest = env.get("JUPYTER_CONFIG_PATH", "")
+    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(folder), rest]))
+    return env
+
+
+def lab_arguments(args: list[str]) -> tuple[bool, list[str]]:
+    """Split `lab`'s arguments into the instructor switch and the rest (for jupyter lab)."""
+    return INSTRUCTOR_FLAG in args, [a for a in args if a != INSTRUCTOR_FLAG]
+
+
+def lab_command(jupyter: os.PathLike | str, args: list[str]) -> list[str]:
+    """The `jupyter lab` command line (``args``: what the user added, without --instructor)."""
     extra = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers, CI
-    return run([venv_bin("jupyter"), "lab", "--no-browser", "--ip=127.0.0.1",
-                f"--ServerApp.root_dir={NOTEBOOKS}",
-                "--LabApp.default_url=/lab/tree/00_start_here.ipynb", *extra, *args])
+    return [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--ServerApp.root_dir={NOTEBOOKS}",
+            "--LabApp.default_url=/lab/tree/00_start_here.ipynb", *extra, *args]
+
+
+def cmd_lab(args: list[str]) -> int:
+    instructor, args = lab_arguments(args)
+    ensure_env()
+    folder = write_lab_config(lab_config_dir(instructor), instructor)
+    if instructor:
+        say("instructor mode: nbgrader's menu, Validate button and Create Assignment panel are on")
+    else:
+        say(f"learner mode (no nbgrader tooling; `python3 course.py lab {INSTRUCTOR_FLAG}` has it)")
+    say("starting JupyterLab on notebooks/ (open the URL printed below; Ctrl-C stops it)")
+    return run(lab_command(venv_bin("jupyter"), args), env=lab_environment(folder))
 
 
 def cmd_test(args: list[str]) -> int:

@@ -618,9 +618,11 @@ def test_panel_views_redraw_on_every_change(cnn_panel):
     assert png_of(panel.act_out) != act
     assert png_of(panel.grad_out) != grads
     assert plain_text(panel.loss_html.value) != loss
+    assert "scale x0.5 (on features.0)" in plain_text(panel.loss_html.value)
     panel.set_mode("features.0", "off")
     assert png_of(panel.act_out) == act and png_of(panel.grad_out) == grads
-    assert plain_text(panel.loss_html.value) == loss
+    # the same loss line as at the start; the slider stays at 0.5, and the status says so
+    assert plain_text(panel.loss_html.value) == loss.replace("scale x2 ", "scale x0.5 ")
     panel.show_layer.value = "features.4"  # the layer selector of the activation view
     hist = png_of(panel.act_out)
     assert hist != act
@@ -810,3 +812,55 @@ def test_the_latency_benchmark_toggles_every_widget_and_each_toggle_redraws():
     text = bench.table(rows, quick=True)
     assert re.search(r"median.*?(\d+(?:\.\d+)?)\s*ms", text).group(1) == "50.0"  # what benchmarks/run.py reads
     assert "goal met: NO" in text
+
+
+@needs_panel
+@pytest.mark.parametrize("store", ["a copy (clone)", "output.detach()"])
+def test_panel_inplace_switch_says_what_changed_in_every_store_mode(cnn_panel, store):
+    """Ticking "ReLUs in place" changes what the page shows whatever the view stores: the
+    status line counts the in-place ReLUs and says what happened to a copy and to a stored
+    ``output.detach()`` of the layer shown (features.1, a BatchNorm before a ReLU)."""
+    panel, model, _, _ = cnn_panel
+    panel.set_inplace(False)
+    panel.show_layer.value = "features.1"
+    panel.store.value = store
+    off_text, off_png = plain_text(panel.inplace_html.value), png_of(panel.act_out)
+    total = len(panel._original_inplace)
+    assert f"in place: 0 of {total} ReLUs (inplace=False)" in off_text
+    panel.set_inplace(True)
+    on_text = plain_text(panel.inplace_html.value)
+    assert on_text != off_text and panel.inplace_text == on_text.strip()
+    assert f"in place: {total} of {total} ReLUs (inplace=True)" in on_text
+    if store == "a copy (clone)":
+        assert "the copy of features.1 shown is unaffected" in on_text
+        assert "a stored output.detach() would now be overwritten (negatives 0%)" in on_text
+        assert png_of(panel.act_out) == off_png  # the copy really is unaffected
+        assert "would be intact too" in off_text
+    else:
+        assert "the output.detach() of features.1 shown is overwritten in place (negatives 0%" in on_text
+        assert png_of(panel.act_out) != off_png
+        assert "the output.detach() of features.1 shown is intact" in off_text
+    panel.set_inplace(False)
+    assert plain_text(panel.inplace_html.value) == off_text
+    assert repr(panel) == "HookPanel(SmallCNN, 8 layers, 0 hooks on)"  # the stored text/plain repr
+
+
+@needs_panel
+def test_panel_scale_slider_shows_its_value_even_with_no_scale_mode_on(cnn_panel):
+    panel, _, _, _ = cnn_panel
+    before = plain_text(panel.loss_html.value)
+    assert "scale x2 (used by the scale and scale_grad modes)" in before
+    panel.scale_slider.value = 3.0
+    assert "scale x3 (used by the scale and scale_grad modes)" in plain_text(panel.loss_html.value)
+
+
+def test_panel_without_inplace_modules_has_an_empty_inplace_status():
+    pytest.importorskip("ipywidgets")
+    from hooktutor.widgets import HookPanel
+
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    panel = HookPanel(net, torch.randn(5, 4), name="test-no-inplace")
+    try:
+        assert panel.inplace_box is None and panel.inplace_html.value == "" and panel.inplace_text == ""
+    finally:
+        panel.close()

@@ -85,10 +85,12 @@ class HookPanel(HookWidget):
 
         self.show_layer = w.Dropdown(options=chosen, value=chosen[0], description="show",
                                      layout=w.Layout(width="240px"))
+        # button_width "auto": each button as wide as its text, so no choice is cut off
         self.show_kind = w.ToggleButtons(options=["histogram", "feature maps"], value="histogram",
-                                         style={"button_width": "95px"})
+                                         style={"button_width": "auto"})
         self.store = w.ToggleButtons(options=[STORE_COPY, STORE_DETACH], value=STORE_COPY,
-                                     description="a hook stored", style={"button_width": "120px"})
+                                     description="a hook stored", style={"button_width": "auto",
+                                                                         "description_width": "initial"})
         for ctrl in (self.show_layer, self.show_kind, self.store):
             ctrl.observe(self._on_view, names="value")
         self.act_out = w.Output(layout=w.Layout(min_height="60px"))
@@ -99,11 +101,16 @@ class HookPanel(HookWidget):
         self.loss_html.add_class("hooktutor-loss")
         self.table_html = w.HTML()
         self.table_html.add_class("hooktutor-table")
+        # what the in-place switch did, whatever the activation view stores (empty without one)
+        self.inplace_html = w.HTML()
+        self.inplace_html.add_class("hooktutor-panel-status")
+        self.inplace_text = ""
         self._act_view = PngView(self.act_out)
         self._grad_view = PngView(self.grad_out)
         views = w.VBox([w.HBox([self.show_layer, self.show_kind]), self.store, self.act_out, self.grad_out])
         self.widget = w.VBox([w.HTML(f"<b>HookPanel: {html.escape(type(model).__name__)}</b>"),
-                              w.HBox([w.VBox(controls), views]), self.loss_html, self.table_html])
+                              w.HBox([w.VBox(controls), views]), self.inplace_html, self.loss_html,
+                              self.table_html])
         self.widget.add_class("hooktutor-panel")
         self.refresh()
 
@@ -197,10 +204,20 @@ class HookPanel(HookWidget):
             self.loss_text += " · observed " + ", ".join(
                 f"{n}: mean {o['mean']:.4f}" for n, o in sorted(self.observed.items()))
         hooks_on = ", ".join(f"{n}={m}" for n, m in on.items()) or "none"
+        scaled = [n for n, m in on.items() if m in ("scale", "scale_grad")]
+        scale_note = (f"scale x{self.scale_slider.value:g}"
+                      + (f" (on {', '.join(scaled)})" if scaled else " (used by the scale and scale_grad modes)"))
         self.loss_html.value = (f"<div class='hooktutor-loss-text'>{html.escape(self.loss_text)}</div>"
-                                f"<div><small>hooks switched on: {html.escape(hooks_on)}</small></div>")
+                                f"<div><small>hooks switched on: {html.escape(hooks_on)} · "
+                                f"{html.escape(scale_note)}</small></div>")
         self.table = list_hooks(self.model)
         self.table_html.value = self.table._repr_html_()
+        kept = None
+        if self._original_inplace and snap.error is None and snap.activations.get(layer) is not None:
+            kept = kept_without_copy(self.model, self.inputs, self.modules[layer])
+        self.inplace_text = self._describe_inplace(layer, kept)
+        self.inplace_html.value = (f"<div class='hooktutor-inplace-text'>{html.escape(self.inplace_text)}</div>"
+                                   if self.inplace_text else "")
         if snap.error is not None:
             self._act_view.text(snap.error)
             self._grad_view.text("")
@@ -208,8 +225,7 @@ class HookPanel(HookWidget):
         act = snap.activations.get(layer)
         title = layer
         if self.store.value == STORE_DETACH:
-            act = None if snap.activations.get(layer) is None else \
-                kept_without_copy(self.model, self.inputs, self.modules[layer])[0]
+            act = None if kept is None else kept[0]
             title = f"{layer}, kept as output.detach()"
         self.shown_activation = act
         if act is not None:
@@ -217,6 +233,29 @@ class HookPanel(HookWidget):
         else:
             self._act_view.text(f"{layer} did not produce a tensor")
         show_gradients(self._grad_view, self.layers, snap.grad_norms)
+
+    def _describe_inplace(self, layer: str, kept: tuple[torch.Tensor, torch.Tensor] | None) -> str:
+        """The status line of the in-place switch: how many modules work in place, and what
+        that does to a stored copy and to a stored ``output.detach()`` of the layer shown."""
+        if not self._original_inplace:
+            return ""
+        total = len(self._original_inplace)
+        now = len(inplace_modules(self.model))
+        text = f"in place: {now} of {total} ReLU{'s' if total != 1 else ''} (inplace={'True' if now else 'False'})"
+        if kept is None:
+            return text
+        stored, copy = kept
+        neg_copy, neg_stored = float((copy < 0).float().mean()), float((stored < 0).float().mean())
+        overwritten = not torch.equal(stored, copy)
+        if self.store.value == STORE_COPY:
+            text += f" · the copy of {layer} shown is unaffected (negatives {neg_copy:.0%})"
+            text += (f"; a stored output.detach() would now be overwritten (negatives {neg_stored:.0%})"
+                     if overwritten else "; a stored output.detach() would be intact too")
+        else:
+            text += (f" · the output.detach() of {layer} shown is overwritten in place (negatives {neg_stored:.0%}, "
+                     f"a copy keeps {neg_copy:.0%})" if overwritten
+                     else f" · the output.detach() of {layer} shown is intact (negatives {neg_stored:.0%})")
+        return text
 
     def _cleanup(self) -> None:
         for name, flag in self._original_inplace.items():

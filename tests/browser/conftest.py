@@ -103,13 +103,22 @@ class Lab:
             return ""
 
 
-def _environment(tmp: Path) -> dict[str, str]:
+def _environment(tmp: Path, *, test_config: bool = True) -> dict[str, str]:
+    """Every Jupyter/IPython/matplotlib folder inside ``tmp``; with ``test_config`` also the
+    tests' own quiet Lab configuration (without it: none, for a test that brings its own)."""
     dirs = {name: tmp / sub for name, sub in [
         ("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"), ("JUPYTER_RUNTIME_DIR", "runtime"),
         ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
         ("IPYTHONDIR", "ipython"), ("MPLCONFIGDIR", "matplotlib")]}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **{k: str(v) for k, v in dirs.items()}}
+    env.pop("MPLBACKEND", None)  # the kernel's own default (inline), not the tests' Agg
+    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])))
+    env.pop("JUPYTER_PATH", None)
+    env.pop("JUPYTER_CONFIG_PATH", None)
+    if not test_config:
+        return env
     labconfig = dirs["JUPYTER_CONFIG_DIR"] / "labconfig"
     labconfig.mkdir()
     (labconfig / "default_setting_overrides.json").write_text(json.dumps(SETTINGS_OVERRIDES))
@@ -120,10 +129,6 @@ def _environment(tmp: Path) -> dict[str, str]:
         # only what the tests need: no nbgrader or language-server extensions
         "ServerApp": {"jpserver_extensions": dict.fromkeys(UNUSED_SERVER_EXTENSIONS, False)},
     }))
-    env = {**os.environ, **{k: str(v) for k, v in dirs.items()}}
-    env.pop("MPLBACKEND", None)  # the kernel's own default (inline), not the tests' Agg
-    env.update(PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")])))
-    env.pop("JUPYTER_PATH", None)
     return env
 
 
@@ -146,22 +151,13 @@ def _stop(proc: subprocess.Popen, lab: Lab | None) -> None:
         proc.wait(timeout=5)
 
 
-@pytest.fixture(scope="session")
-def lab(tmp_path_factory):
-    """A JupyterLab server for the whole session; notebooks are copied into ``lab.root``."""
-    try:
-        import jupyterlab  # noqa: F401
-    except ImportError:
-        unavailable("jupyterlab is not installed")
-    tmp = tmp_path_factory.mktemp("lab")
-    root = tmp / "root"
-    root.mkdir()
-    env = _environment(tmp)
+@contextlib.contextmanager
+def serve_lab(root: Path, env: dict[str, str], log: Path, extra_args: tuple[str, ...] = ()):
+    """Run a JupyterLab server on ``root`` with ``env`` until the block ends; yield its :class:`Lab`."""
     port, token = free_port(), secrets.token_hex(16)
-    log = tmp / "lab.log"
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
            "--ServerApp.port_retries=0", "--allow-root", f"--IdentityProvider.token={token}",
-           f"--ServerApp.root_dir={root}"]
+           f"--ServerApp.root_dir={root}", *extra_args]
     with open(log, "wb") as log_file:
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
@@ -181,6 +177,24 @@ def lab(tmp_path_factory):
         yield server
     finally:
         _stop(proc, server)
+
+
+def require_jupyterlab() -> None:
+    try:
+        import jupyterlab  # noqa: F401
+    except ImportError:
+        unavailable("jupyterlab is not installed")
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory):
+    """A JupyterLab server for the whole session; notebooks are copied into ``lab.root``."""
+    require_jupyterlab()
+    tmp = tmp_path_factory.mktemp("lab")
+    root = tmp / "root"
+    root.mkdir()
+    with serve_lab(root, _environment(tmp), tmp / "lab.log") as server:
+        yield server
 
 
 # -- the browser ----------------------------------------------------------------------------
@@ -310,8 +324,14 @@ def run_all(page, timeout: float = 90_000) -> None:
     page.locator(".lm-Menu-item:visible", has_text=re.compile(r"^\s*Run All Cells\s*$")).click()
     page.wait_for_function(
         """() => {
-            const prompts = [...document.querySelectorAll(
-                '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell .jp-InputPrompt')];
+            // a cell whose input is hidden (jupyter.source_hidden) shows a placeholder with an
+            // empty prompt instead; Run All stops at a cell that raised (assert_no_errors says which)
+            const panel = '.jp-NotebookPanel:not(.lm-mod-hidden) ';
+            const prompts = [...document.querySelectorAll(panel + '.jp-CodeCell .jp-InputPrompt')]
+                .filter(p => !p.closest('.jp-InputPlaceholder'));
+            const failed = document.querySelector(
+                panel + '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]');
+            if (failed && !prompts.some(p => p.textContent.includes('*'))) return true;
             return prompts.length > 0 && prompts.every(p => /\\[\\d+\\]/.test(p.textContent));
         }""",
         timeout=timeout,

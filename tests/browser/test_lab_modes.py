@@ -1,0 +1,98 @@
+"""The JupyterLab of ``python3 course.py lab``: learner mode shows no nbgrader tooling and no
+news prompt; ``--instructor`` brings the "Nbgrader" menu and the "Validate" button back.
+
+Each server runs with the configuration folder ``course.py`` writes for its mode (on
+JUPYTER_CONFIG_PATH, as ``course.py lab`` starts it) and nothing else: no test settings.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+
+import pytest
+
+from .conftest import ROOT, _environment, open_notebook, require_jupyterlab, serve_lab, write_notebook
+
+pytestmark = pytest.mark.browser
+
+NEWS_PROMPT = re.compile(r"notified about official Jupyter news", re.I)
+
+
+def load_course():
+    spec = importlib.util.spec_from_file_location("hooktutor_course_script", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module", params=["learner", "instructor"])
+def course_lab(request, tmp_path_factory):
+    require_jupyterlab()
+    course = load_course()
+    instructor = request.param == "instructor"
+    tmp = tmp_path_factory.mktemp(f"lab-{request.param}")
+    root = tmp / "root"
+    root.mkdir()
+    folder = course.write_lab_config(tmp / "course-config", instructor)
+    env = course.lab_environment(folder, _environment(tmp, test_config=False))
+    with serve_lab(root, env, tmp / "lab.log") as server:
+        yield request.param, server
+
+
+def test_learner_lab_has_no_nbgrader_or_news_prompt_and_instructor_lab_has_nbgrader(course_lab, browser):
+    from playwright.sync_api import expect
+
+    mode, lab = course_lab
+    settings = lab.api("GET", "/lab/api/settings/@jupyterlab/apputils-extension:notification")
+    defaults = {k: v.get("default") for k, v in settings["schema"]["properties"].items()}
+    assert (defaults["fetchNews"], defaults["checkForUpdates"]) == ("false", False), defaults
+    assert "fetchNews" not in settings["settings"]  # nothing of a user's is involved
+    context = browser.new_context(viewport={"width": 1366, "height": 768})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    try:
+        open_notebook(page, lab, write_notebook(lab, "mode.ipynb", ["1 + 1"]))
+        config = json.loads(page.locator("#jupyter-config-data").text_content())
+        menu = page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Nbgrader\s*$"))
+        validate = page.locator(".jp-NotebookPanel-toolbar", has_text=re.compile(r"Validate"))
+        expect(page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Help\s*$"))).to_be_visible()
+        if mode == "learner":
+            assert config["disabledExtensions"] == ["@jupyter/nbgrader"] or "@jupyter/nbgrader" in \
+                config["disabledExtensions"]
+            expect(menu).to_have_count(0)
+            expect(validate).to_have_count(0)
+            extensions = lab.api("GET", "/api/status")  # the server answers; nbgrader's handlers do not
+            assert extensions is not None
+            assert _status(lab, "/formgrader") == 404
+        else:
+            expect(menu).to_have_count(1)
+            expect(validate).to_have_count(1)
+            menu.click()
+            expect(page.locator(".lm-Menu-item:visible", has_text=re.compile("Formgrader"))).to_have_count(1)
+            page.keyboard.press("Escape")
+            assert _status(lab, "/formgrader") == 200
+        page.wait_for_timeout(500)  # the prompt, if any, comes with the settings, long before this
+        expect(page.get_by_text(NEWS_PROMPT)).to_have_count(0)
+        page.screenshot(path=str(_artifact(f"lab-{mode}-mode.png")))
+    finally:
+        context.close()
+
+
+def _status(lab, path: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(lab.url(path), timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def _artifact(name: str):
+    from .conftest import ARTIFACTS
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    return ARTIFACTS / name

@@ -1,0 +1,105 @@
+"""What ``python3 course.py lab`` passes to JupyterLab and writes for it: learner mode (the
+default) switches off nbgrader's lab and server extensions and Lab's news prompt;
+``--instructor`` keeps nbgrader. Nothing is written outside the course environment.
+(The browser test of both modes is tests/browser/test_lab_modes.py.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def course(monkeypatch, tmp_path):
+    spec = importlib.util.spec_from_file_location("hooktutor_course_script", ROOT / "course.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setenv("HOOKTUTOR_VENV", str(tmp_path / "venv"))
+    monkeypatch.setenv("JUPYTER_CONFIG_PATH", "")
+    return module
+
+
+def read(folder: Path) -> dict[str, object]:
+    return {str(p.relative_to(folder)).replace(os.sep, "/"): json.loads(p.read_text())
+            for p in sorted(folder.rglob("*.json"))}
+
+
+NEWS_OFF = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+NBGRADER_SERVER = {"nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.course_list",
+                   "nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.validate_assignment"}
+
+
+def test_learner_mode_turns_off_nbgrader_and_the_news_prompt(course, tmp_path):
+    files = read(course.write_lab_config(tmp_path / "cfg", instructor=False))
+    assert set(files) == {"jupyter_server_config.json", "labconfig/page_config.json",
+                          "labconfig/default_setting_overrides.json"}
+    assert files["labconfig/page_config.json"] == {"disabledExtensions": {"@jupyter/nbgrader": True}}
+    assert files["labconfig/default_setting_overrides.json"] == NEWS_OFF
+    server = files["jupyter_server_config.json"]
+    assert server["ServerApp"]["jpserver_extensions"] == dict.fromkeys(NBGRADER_SERVER, False)
+    assert server["LabApp"]["news_url"] is None
+    assert server["LabApp"]["check_for_updates_class"].endswith("NeverCheckForUpdate")
+
+
+def test_instructor_mode_keeps_nbgrader_and_still_asks_nothing_about_news(course, tmp_path):
+    files = read(course.write_lab_config(tmp_path / "cfg", instructor=True))
+    assert files["labconfig/page_config.json"] == {"disabledExtensions": {}}
+    assert "ServerApp" not in files["jupyter_server_config.json"]
+    assert files["labconfig/default_setting_overrides.json"] == NEWS_OFF
+
+
+def test_switching_modes_in_one_folder_leaves_nothing_of_the_other(course, tmp_path):
+    folder = tmp_path / "cfg"
+    course.write_lab_config(folder, instructor=False)
+    course.write_lab_config(folder, instructor=True)
+    assert read(folder) == read(course.write_lab_config(tmp_path / "fresh", instructor=True))
+
+
+def test_the_config_folder_lives_in_the_course_environment_one_per_mode(course, tmp_path):
+    venv = (tmp_path / "venv").resolve()
+    learner, instructor = course.lab_config_dir(False), course.lab_config_dir(True)
+    assert learner != instructor
+    assert learner.is_relative_to(venv) and instructor.is_relative_to(venv)
+
+
+def test_the_folder_goes_first_on_jupyter_config_path_and_nowhere_else(course, tmp_path):
+    env = course.lab_environment(tmp_path / "cfg", {"JUPYTER_CONFIG_PATH": "/other", "HOME": "/home/x"})
+    assert env["JUPYTER_CONFIG_PATH"] == os.pathsep.join([str(tmp_path / "cfg"), "/other"])
+    assert env["HOME"] == "/home/x" and "JUPYTER_CONFIG_DIR" not in env  # the user's own config untouched
+    assert course.lab_environment(tmp_path / "cfg", {})["JUPYTER_CONFIG_PATH"] == str(tmp_path / "cfg")
+
+
+@pytest.mark.parametrize("args, instructor, rest", [
+    ([], False, []),
+    (["--instructor"], True, []),
+    (["--port=9999", "--instructor"], True, ["--port=9999"]),
+    (["student"], False, ["student"]),
+])
+def test_lab_arguments(course, args, instructor, rest):
+    assert course.lab_arguments(args) == (instructor, rest)
+
+
+@pytest.mark.parametrize("instructor", [False, True])
+def test_cmd_lab_writes_the_mode_and_starts_lab_with_it(course, monkeypatch, instructor):
+    calls = []
+    monkeypatch.setattr(course, "ensure_env", lambda torch=None: None)
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append((cmd, kw)) or 0)
+    assert course.cmd_lab(["--instructor", "--port=9"] if instructor else ["--port=9"]) == 0
+    (cmd, kw), = calls
+    assert cmd[1:4] == ["lab", "--no-browser", "--ip=127.0.0.1"] and cmd[-1] == "--port=9"
+    assert "--instructor" not in cmd
+    assert f"--ServerApp.root_dir={course.NOTEBOOKS}" in cmd
+    folder = course.lab_config_dir(instructor)
+    assert kw["env"]["JUPYTER_CONFIG_PATH"] == str(folder)
+    page = json.loads((folder / "labconfig" / "page_config.json").read_text())
+    assert page["disabledExtensions"] == ({} if instructor else {"@jupyter/nbgrader": True})
+
+
+def test_the_help_names_the_instructor_mode(course):
+    assert "lab --instructor" in course.__doc__
