@@ -242,7 +242,39 @@ def _named(items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> list[tuple[s
     return list(items.items()) if isinstance(items, Mapping) else list(items)
 
 
-class HookWitness:
+class _Witness:
+    """What the witnesses share: on entering, one probe of the kit's on each watched item, its
+    handle remembered (so the probe never counts as the learner's hook); on exit, all removed,
+    also when attaching failed halfway."""
+
+    def __init__(self) -> None:
+        self._handles: list[Any] = []
+        self._mine: set[int] = set()
+
+    def _watched(self) -> list[tuple[str, Any]]:
+        raise NotImplementedError
+
+    def _attach(self, name: str, item: Any) -> Any:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            for name, item in self._watched():
+                handle = self._attach(name, item)
+                self._handles.append(handle)
+                self._mine.add(handle.id)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+
+class HookWitness(_Witness):
     """Dimension ``technique``: which kinds of hooks, other than the kit's, were attached to
     each watched module (or globally) while it ran.
 
@@ -258,8 +290,7 @@ class HookWitness:
         self.modules = _named(modules)
         self.calls: dict[str, int] = {name: 0 for name, _ in self.modules}
         self._with: dict[str, dict[str, int]] = {name: {k: 0 for k in _MODULE_KINDS} for name, _ in self.modules}
-        self._handles: list[Any] = []
-        self._mine: set[int] = set()
+        super().__init__()
 
     def _probe(self, name: str) -> Any:
         def witness(module: nn.Module, args: tuple) -> None:
@@ -273,24 +304,14 @@ class HookWitness:
         """How many calls of module ``name`` ran with a non-kit hook of ``kind`` attached."""
         return self._with[name][kind]
 
-    def __enter__(self) -> HookWitness:
-        try:
-            for name, module in self.modules:
-                handle = module.register_forward_pre_hook(self._probe(name), prepend=True)
-                self._handles.append(handle)
-                self._mine.add(handle.id)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
+    def _watched(self) -> list[tuple[str, Any]]:
+        return self.modules
 
-    def __exit__(self, *exc: Any) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+    def _attach(self, name: str, item: Any) -> Any:
+        return item.register_forward_pre_hook(self._probe(name), prepend=True)
 
 
-class TensorHookWitness:
+class TensorHookWitness(_Witness):
     """Dimension ``technique``: whether tensor hooks other than the kit's were attached to
     each watched tensor when backward reached it.
 
@@ -306,8 +327,7 @@ class TensorHookWitness:
         self.reached: dict[str, int] = {name: 0 for name, _ in self.tensors}
         self.grads: dict[str, torch.Tensor] = {}
         self._with: dict[str, int] = {name: 0 for name, _ in self.tensors}
-        self._handles: list[Any] = []
-        self._mine: set[int] = set()
+        super().__init__()
 
     def _probe(self, name: str, tensor: torch.Tensor) -> Any:
         def witness(grad: torch.Tensor) -> None:
@@ -321,24 +341,14 @@ class TensorHookWitness:
         """How often backward reached tensor ``name`` with a non-kit tensor hook attached."""
         return self._with[name]
 
-    def __enter__(self) -> TensorHookWitness:
-        try:
-            for name, tensor in self.tensors:
-                handle = tensor.register_hook(self._probe(name, tensor))
-                self._handles.append(handle)
-                self._mine.add(handle.id)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
+    def _watched(self) -> list[tuple[str, Any]]:
+        return self.tensors
 
-    def __exit__(self, *exc: Any) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+    def _attach(self, name: str, item: Any) -> Any:
+        return item.register_hook(self._probe(name, item))
 
 
-class GradWitness:
+class GradWitness(_Witness):
     """Dimension ``technique``: a parameter's ``.grad`` was accumulated by ``backward()``.
 
     A post-accumulate-grad hook (the kit's, registered first, so it runs before any the
@@ -355,8 +365,7 @@ class GradWitness:
         self.accumulated: dict[str, int] = {name: 0 for name, _ in self.params}
         self.learner_hooks: dict[str, int] = {name: 0 for name, _ in self.params}
         self.grads: dict[str, torch.Tensor] = {}
-        self._handles: list[Any] = []
-        self._mine: set[int] = set()
+        super().__init__()
 
     def _probe(self, name: str) -> Any:
         def witness(param: torch.Tensor) -> None:
@@ -373,18 +382,8 @@ class GradWitness:
         return (self.accumulated[name] > 0 and param.grad is not None and name in self.grads
                 and torch.equal(param.grad.detach(), self.grads[name]))
 
-    def __enter__(self) -> GradWitness:
-        try:
-            for name, param in self.params:
-                handle = param.register_post_accumulate_grad_hook(self._probe(name))
-                self._handles.append(handle)
-                self._mine.add(handle.id)
-        except BaseException:
-            self.__exit__(None, None, None)
-            raise
-        return self
+    def _watched(self) -> list[tuple[str, Any]]:
+        return self.params
 
-    def __exit__(self, *exc: Any) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+    def _attach(self, name: str, item: Any) -> Any:
+        return item.register_post_accumulate_grad_hook(self._probe(name))
