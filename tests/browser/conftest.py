@@ -230,8 +230,14 @@ def pytest_runtest_makereport(item, call):
 def page(browser, lab, request):
     """A fresh page (own context) on a server with no kernel running; a screenshot on failure.
     (The next test's page, or the server's shutdown, stops this test's kernel.)"""
+    yield from fresh_page(browser, lab, request, {"width": 1400, "height": 1000})
+
+
+def fresh_page(browser, lab, request, viewport, prefix=""):
+    """The body of a page fixture: the server's kernels stopped, a new browser context of
+    ``viewport``, the page; on failure a full-page screenshot in test-artifacts/."""
     lab.delete_sessions()
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport=viewport)
     context.set_default_timeout(15_000)
     pg = context.new_page()
     try:
@@ -240,7 +246,7 @@ def page(browser, lab, request):
         report = getattr(request.node, "rep_call", None)
         if report is None or report.failed:
             ARTIFACTS.mkdir(exist_ok=True)
-            name = re.sub(r"[^\w.-]+", "_", request.node.name)
+            name = prefix + re.sub(r"[^\w.-]+", "_", request.node.name)
             with contextlib.suppress(Exception):
                 pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
                 print(f"screenshot: {ARTIFACTS / f'{name}.png'}")

@@ -25,6 +25,7 @@ from .conftest import (
     ROOT,
     assert_no_errors,
     copy_notebook,
+    fresh_page,
     open_notebook,
     run_all,
     run_cell,
@@ -111,18 +112,7 @@ def changed(read, before, seconds: float = 2.0) -> bool:
 @pytest.fixture
 def laptop(browser, lab, request):
     """A fresh page at 1366x768 on a server with no kernel running."""
-    lab.delete_sessions()
-    context = browser.new_context(viewport=LAPTOP)
-    context.set_default_timeout(15_000)
-    pg = context.new_page()
-    try:
-        yield pg
-    finally:
-        report = getattr(request.node, "rep_call", None)
-        if report is None or report.failed:
-            ARTIFACTS.mkdir(exist_ok=True)
-            pg.screenshot(path=str(ARTIFACTS / f"laptop-{request.node.name}-failed.png"))
-        context.close()
+    yield from fresh_page(browser, lab, request, LAPTOP, prefix="laptop-")
 
 
 def try_it_live_cells() -> list[tuple[str, str]]:
