@@ -614,14 +614,9 @@ def _step_hook(lr):
 
 @attach_sgd.wrong("returns the parameters it hooked instead of the handles", mentions="gives back, one per parameter")
 def _returns_parameters(model, lr):
-    def step(param):
-        with torch.no_grad():
-            param.add_(param.grad, alpha=-lr)
-        param.grad = None
-
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
-        p.register_post_accumulate_grad_hook(step)
+        p.register_post_accumulate_grad_hook(_step_hook(lr))
     return params
 
 
