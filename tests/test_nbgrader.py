@@ -4,6 +4,7 @@ and its hidden tests catch an answer that passes every check the learner can run
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,7 +60,10 @@ def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_editio
     folder.mkdir(parents=True)
     nbformat.write(tuned, folder / f"{lesson}.ipynb")
     log = run("autograde", lesson, "--create", "--force")
-    assert "ERROR" not in log.stdout + log.stderr
+    # nbgrader's own errors ("[AutogradeApp | ERROR] ..."). Not a line from tornado/zmq that a kernel
+    # being torn down between two submissions sometimes logs: the scores below say whether grading worked.
+    errors = [line for line in (log.stdout + log.stderr).splitlines() if re.search(r"\[\w+ \| ERROR\]", line)]
+    assert not errors, "\n".join(errors)
 
     from nbgrader.api import Gradebook
 
