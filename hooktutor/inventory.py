@@ -77,13 +77,31 @@ GLOBAL_FLAG_DICTS: tuple[str, ...] = (
     "_global_forward_hooks_with_kwargs",
     "_global_forward_hooks_always_called",
 )
+# Private dicts on a torch.optim.Optimizer (register_step_pre_hook and friends), the same on
+# torch 2.1 to 2.15, and the module-level dicts of the global optimizer step hooks
+# (torch.optim.optimizer.register_optimizer_step_pre_hook / _post_hook).
+OPTIMIZER_HOOK_DICTS: tuple[tuple[str, str], ...] = (
+    ("_optimizer_step_pre_hooks", "step_pre"),
+    ("_optimizer_step_post_hooks", "step_post"),
+    ("_optimizer_state_dict_pre_hooks", "state_dict_pre"),
+    ("_optimizer_state_dict_post_hooks", "state_dict"),
+    ("_optimizer_load_state_dict_pre_hooks", "load_state_dict_pre"),
+    ("_optimizer_load_state_dict_post_hooks", "load_state_dict_post"),
+)
+GLOBAL_OPTIMIZER_HOOK_DICTS: tuple[tuple[str, str], ...] = (
+    ("_global_optimizer_pre_hooks", "step_pre"),
+    ("_global_optimizer_post_hooks", "step_post"),
+)
+# Wrappers that hold the real model as ``.module``, so its layers are named ``module.<name>``.
+WRAPPER_PREFIX = "module."
 
 GLOBAL = "<global>"
 ROOT = "<root>"
 
 KIND_ORDER = ("forward_pre", "forward", "backward_pre", "backward", "backward (legacy)",
               "state_dict_pre", "state_dict", "load_state_dict_pre", "load_state_dict_post",
-              "tensor", "post_accumulate")
+              "tensor", "post_accumulate", "step_pre", "step_post")
+OPTIMIZER = "<optimizer>"
 
 USER = "user"
 PYTORCH = "pytorch"
@@ -271,9 +289,10 @@ def _global_rows() -> Iterator[HookRow]:
 
 def _check_module(module: object, func: str) -> nn.Module:
     if not isinstance(module, nn.Module):
+        also = " (or a torch.optim.Optimizer)" if func == "list_hooks" else ""
         raise TypeError(
             f"{func}() needs a torch.nn.Module (your model or one of its layers), "
-            f"got {type(module).__name__}"
+            f"got {type(module).__name__}{also}"
         )
     return module
 
@@ -291,9 +310,10 @@ class HookTable:
 
     COLUMNS = ("module", "kind", "function", "owner", "flags")
 
-    def __init__(self, rows: list[HookRow], root_name: str = ""):
+    def __init__(self, rows: list[HookRow], root_name: str = "", prefix: str = ""):
         self.rows = list(rows)
         self.root_name = root_name
+        self.prefix = prefix  # "module." for a DDP / DataParallel wrapper: where(path=) accepts both names
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -312,10 +332,11 @@ class HookTable:
         """Only the rows of one kind, one module path and/or one owner (``"user"``/``"pytorch"``)."""
         if owner not in (None, USER, PYTORCH):
             raise ValueError(f"owner must be {USER!r} or {PYTORCH!r}, got {owner!r}")
+        paths = None if path is None else {path, self.prefix + path} if self.prefix else {path}
         rows = [r for r in self.rows
-                if (kind is None or r.kind == kind) and (path is None or r.path == path)
+                if (kind is None or r.kind == kind) and (paths is None or r.path in paths)
                 and (owner is None or r.owner == owner)]
-        return HookTable(rows, self.root_name)
+        return HookTable(rows, self.root_name, self.prefix)
 
     def counts(self) -> dict[str, int]:
         """How many hooks of each kind, for example ``{'forward': 2}``."""
@@ -355,8 +376,34 @@ class HookTable:
         )
 
 
-def list_hooks(module: nn.Module, *, include_global: bool = True) -> HookTable:
+def wrapper_prefix(model: nn.Module) -> str:
+    """``"module."`` when ``model`` is a ``DistributedDataParallel`` or ``DataParallel``
+    wrapper (its layers are ``module.<name>``), else ``""``. Taught in ``08_training_hooks``."""
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+    return WRAPPER_PREFIX if isinstance(model, (DistributedDataParallel, DataParallel)) else ""
+
+
+def _optimizer_rows(optimizer: torch.optim.Optimizer, include_global: bool) -> list[HookRow]:
+    rows = [_row(OPTIMIZER, kind, hid, fn) for attr, kind in OPTIMIZER_HOOK_DICTS
+            for hid, fn in (getattr(optimizer, attr, None) or {}).items()]
+    if include_global:
+        import torch.optim.optimizer as optim_mod
+
+        rows += [_row(GLOBAL, kind, hid, fn) for attr, kind in GLOBAL_OPTIMIZER_HOOK_DICTS
+                 for hid, fn in (getattr(optim_mod, attr, None) or {}).items()]
+    return rows
+
+
+def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: bool = True) -> HookTable:
     """Every hook attached to ``module`` and its submodules and parameters, and who owns it.
+
+    Given an optimizer instead, its hooks (``step_pre``, ``step_post``, and its state-dict
+    hooks) and, unless ``include_global=False``, the global optimizer step hooks
+    (``torch.optim.optimizer.register_optimizer_step_pre_hook`` / ``_post_hook``), all taught
+    in ``08_training_hooks.ipynb``. A ``DistributedDataParallel`` (or ``DataParallel``)
+    wrapper lists the wrapped model's layers as ``module.<name>``; ``table.where(path=...)``
+    accepts the name with or without that prefix.
 
     Lists forward pre-hooks, forward hooks (with their ``with_kwargs`` / ``always_call``
     flags), backward pre-hooks, backward hooks (full or legacy), state-dict hooks
@@ -373,6 +420,8 @@ def list_hooks(module: nn.Module, *, include_global: bool = True) -> HookTable:
 
     Taught in ``00_start_here.ipynb``.
     """
+    if isinstance(module, torch.optim.Optimizer):
+        return HookTable(_optimizer_rows(module, include_global), type(module).__name__)
     _check_module(module, "list_hooks")
     rows: list[HookRow] = []
     for name, mod in module.named_modules(remove_duplicate=True):
@@ -382,7 +431,7 @@ def list_hooks(module: nn.Module, *, include_global: bool = True) -> HookTable:
             rows.extend(_tensor_rows(f"{name}.{pname}" if name else pname, param))
     if include_global:
         rows.extend(_global_rows())
-    return HookTable(rows, type(module).__name__)
+    return HookTable(rows, type(module).__name__, wrapper_prefix(module))
 
 
 _KIND_DICTS = {kind: attr for attr, kind in (*MODULE_HOOK_DICTS, *TENSOR_HOOK_DICTS)}

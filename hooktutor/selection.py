@@ -41,14 +41,26 @@ def closest(name: str, candidates: list[str]) -> list[str]:
     return [c for r, c in scored[:3] if r >= best - 0.06]
 
 
+def _wrapper_prefix(model: nn.Module) -> str:
+    from .inventory import wrapper_prefix
+
+    return wrapper_prefix(model)
+
+
 def get_layer(model: nn.Module, name: str) -> nn.Module:
-    """The submodule called ``name`` (``""`` for the model itself), or a helpful error."""
+    """The submodule called ``name`` (``""`` for the model itself), or a helpful error.
+
+    On a ``DistributedDataParallel`` / ``DataParallel`` wrapper a layer can be named with or
+    without the ``module.`` prefix the wrapper adds (``08_training_hooks.ipynb``)."""
     check_model(model, "get_layer")
     if not isinstance(name, str):
         raise TypeError(f"a layer name must be a str such as 'features.0', got {type(name).__name__}")
     modules = dict(model.named_modules())
     if name in modules:
         return modules[name]
+    prefix = _wrapper_prefix(model)
+    if prefix and prefix + name in modules:  # DDP / DataParallel: 'fc1' is 'module.fc1'
+        return modules[prefix + name]
     real = [n for n in modules if n]
     close = closest(name, real)
     where = type(model).__name__

@@ -1,0 +1,197 @@
+"""Distributed training on one CPU: two processes, the gloo backend, DDP and its hooks.
+
+Taught in ``08_training_hooks.ipynb`` (section 5). A notebook cannot hand a function it
+defined to a process started with ``spawn`` (the new process imports the function by its
+module and name, and a notebook is no module), so the workers live here:
+
+* :func:`run` starts ``world_size`` processes, each joining one gloo process group on
+  localhost (a free port chosen at run time), runs ``worker(rank, world_size, **kwargs)`` in
+  each and returns what each rank returned. The group is destroyed in a ``finally`` in every
+  rank, and no process outlives the call, also when a worker raises (it is re-raised here).
+* :func:`ddp_hooks_demo` is the lesson's worker: a DDP-wrapped MLP whose module hooks fire
+  in every rank, a communication hook that records the gradient buckets, the built-in fp16
+  compression hook, and ``capture`` / ``list_hooks`` on the wrapped model.
+* ``python -m hooktutor.distributed`` runs the same worker under ``torchrun``, which sets
+  ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` for every process, on one
+  machine or on several::
+
+      torchrun --standalone --nproc-per-node=2 -m hooktutor.distributed
+      torchrun --nnodes=2 --nproc-per-node=2 --node-rank=0 \\
+          --rdzv-backend=c10d --rdzv-endpoint=HOST0:29500 -m hooktutor.distributed
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from .capture import capture
+from .data import blobs
+from .inventory import list_hooks
+from .models import MLP
+
+TIMEOUT_S = 60.0
+
+
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(rank: int, worker: Callable[..., Any], world_size: int, port: int, out: str,
+           kwargs: dict[str, Any]) -> None:
+    """What each spawned process runs: join the group, run the worker, save its result, leave."""
+    torch.set_num_threads(1)  # two processes on a laptop: one thread each
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world_size, timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    try:
+        result = worker(rank, world_size, **kwargs)
+        torch.save(result, Path(out) / f"rank{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def run(worker: Callable[..., Any], world_size: int = 2, *, timeout: float = TIMEOUT_S,
+        **kwargs: Any) -> list[Any]:
+    """Run ``worker(rank, world_size, **kwargs)`` in ``world_size`` new processes that form one
+    gloo process group on localhost; return the list of what each rank returned.
+
+    ``worker`` must be importable (defined in a module, not in a notebook cell). Every process
+    has ended when this returns or raises: a worker's exception is raised here (torch's
+    ``ProcessRaisedException``, with the worker's traceback), a run longer than ``timeout``
+    seconds is stopped with a ``TimeoutError``.
+    """
+    if not (isinstance(world_size, int) and world_size >= 1):
+        raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+    if getattr(worker, "__module__", "__main__") == "__main__":
+        raise ValueError(f"{getattr(worker, '__name__', worker)!r} is defined in the notebook (or script) "
+                         "itself; a spawned process can only run a function it can import from a module")
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="hooktutor-ddp-") as out:
+        context = mp.start_processes(_entry, args=(worker, world_size, free_port(), out, kwargs),
+                                     nprocs=world_size, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout
+        try:
+            while not context.join(timeout=0.05):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the {world_size} processes did not finish in {timeout:g} s")
+        finally:
+            for process in context.processes:
+                if process.is_alive():
+                    process.terminate()
+                process.join()
+        return [torch.load(Path(out) / f"rank{rank}.pt", weights_only=False) for rank in range(world_size)]
+
+
+def leftover_processes() -> list[str]:
+    """The child processes of this one that are still alive (started by ``multiprocessing``)."""
+    return [p.name for p in multiprocessing.active_children()]
+
+
+# --- the lesson's worker ------------------------------------------------------------------------
+
+def local_batch(rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch rank ``rank`` trains on: 8 points of ``blobs`` seeded by the rank."""
+    return blobs(8, seed=rank)
+
+
+def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
+
+
+def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, Any]:
+    """One forward and backward of a DDP-wrapped ``MLP(seed)`` per hook experiment, in one rank.
+
+    Returns plain data: what the module hook saw, the buckets a communication hook saw, the
+    gradients with the default all-reduce, with the recording hook, and with the fp16
+    compression hook, and what ``capture`` and ``list_hooks`` made of the wrapped model.
+    """
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    x, y = local_batch(rank)
+    loss_fn = nn.CrossEntropyLoss()
+    result: dict[str, Any] = {"rank": rank, "backend": dist.get_backend(), "world_size": dist.get_world_size()}
+
+    # 1. plain DDP, a module hook on the wrapped layer; its gradients are the average over ranks
+    ddp = DDP(MLP(seed=seed))
+    result["names"] = [name for name, _ in ddp.named_modules()]
+    seen: list[tuple[int, int]] = []
+    handle = ddp.module.fc1.register_forward_hook(lambda m, args, out: seen.append((rank, out.shape[0])))
+    try:
+        loss_fn(ddp(x), y).backward()
+    finally:
+        handle.remove()
+    result["hook_saw"] = seen
+    result["device"] = str(next(ddp.parameters()).device)
+    result["grads"] = _grads(ddp.module)
+
+    # 2. a communication hook that records each bucket, then all-reduces it as DDP would
+    ddp = DDP(MLP(seed=seed))
+    buckets: list[dict[str, Any]] = []
+
+    def record_bucket(state, bucket):  # no annotations: DDP checks them, and this module's are strings
+        buckets.append({"index": bucket.index(), "numel": bucket.buffer().numel(),
+                        "shapes": [tuple(g.shape) for g in bucket.gradients()], "last": bucket.is_last()})
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, record_bucket)
+    loss_fn(ddp(x), y).backward()
+    result["buckets"] = buckets
+    result["grads_comm_hook"] = _grads(ddp.module)
+
+    # 3. the built-in fp16 compression hook
+    ddp = DDP(MLP(seed=seed))
+    ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
+    loss_fn(ddp(x), y).backward()
+    result["grads_fp16"] = _grads(ddp.module)
+
+    # 4. hooktutor's helpers on the wrapped model: names with and without the "module." prefix
+    ddp = DDP(MLP(seed=seed))
+    with capture(ddp, ["fc1", "module.head"], grads=True) as rec:
+        loss_fn(ddp(x), y).backward()
+        during = list_hooks(ddp, include_global=False)
+        result["hooks_during_capture"] = [(r.path, r.kind) for r in during]
+        result["where_fc1"] = len(during.where(path="fc1"))
+    result["captured"] = {name: tuple(rec[name].shape) for name in rec.names}
+    result["captured_grad_fc1"] = rec.grads["fc1"]
+    result["hooks_after_capture"] = len(list_hooks(ddp, include_global=False))
+    return result
+
+
+def main() -> int:
+    """Under ``torchrun``: join the group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR,
+    MASTER_PORT), run :func:`ddp_hooks_demo`, print one line per rank, leave the group."""
+    if "RANK" not in os.environ:
+        print("start me with torchrun, for example: torchrun --standalone --nproc-per-node=2 "
+              "-m hooktutor.distributed", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    try:
+        result = ddp_hooks_demo(dist.get_rank(), dist.get_world_size())
+        print(f"rank {result['rank']} of {result['world_size']} ({result['backend']}): "
+              f"{len(result['buckets'])} buckets, module hook fired {len(result['hook_saw'])}x, "
+              f"captured {sorted(result['captured'])}", flush=True)
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
