@@ -122,14 +122,14 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
     compression hook, and what ``capture`` and ``list_hooks`` made of the wrapped model.
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.nn.parallel import DistributedDataParallel
 
     x, y = local_batch(rank)
     loss_fn = nn.CrossEntropyLoss()
     result: dict[str, Any] = {"rank": rank, "backend": dist.get_backend(), "world_size": dist.get_world_size()}
 
     # 1. plain DDP, a module hook on the wrapped layer; its gradients are the average over ranks
-    ddp = DDP(MLP(seed=seed))
+    ddp = DistributedDataParallel(MLP(seed=seed))
     result["names"] = [name for name, _ in ddp.named_modules()]
     seen: list[tuple[int, int]] = []
     handle = ddp.module.fc1.register_forward_hook(lambda m, args, out: seen.append((rank, out.shape[0])))
@@ -142,7 +142,7 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
     result["grads"] = _grads(ddp.module)
 
     # 2. a communication hook that records each bucket, then all-reduces it as DDP would
-    ddp = DDP(MLP(seed=seed))
+    ddp = DistributedDataParallel(MLP(seed=seed))
     buckets: list[dict[str, Any]] = []
 
     def record_bucket(state, bucket):  # no annotations: DDP checks them, and this module's are strings
@@ -156,13 +156,13 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
     result["grads_comm_hook"] = _grads(ddp.module)
 
     # 3. the built-in fp16 compression hook
-    ddp = DDP(MLP(seed=seed))
+    ddp = DistributedDataParallel(MLP(seed=seed))
     ddp.register_comm_hook(dist.group.WORLD, default_hooks.fp16_compress_hook)
     loss_fn(ddp(x), y).backward()
     result["grads_fp16"] = _grads(ddp.module)
 
     # 4. hooktutor's helpers on the wrapped model: names with and without the "module." prefix
-    ddp = DDP(MLP(seed=seed))
+    ddp = DistributedDataParallel(MLP(seed=seed))
     with capture(ddp, ["fc1", "module.head"], grads=True) as rec:
         loss_fn(ddp(x), y).backward()
         during = list_hooks(ddp, include_global=False)

@@ -434,18 +434,23 @@ def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: boo
     return HookTable(rows, type(module).__name__, wrapper_prefix(module))
 
 
-_KIND_DICTS = {kind: attr for attr, kind in (*MODULE_HOOK_DICTS, *TENSOR_HOOK_DICTS)}
+_KIND_DICTS = {kind: attr for attr, kind in (*MODULE_HOOK_DICTS, *STATE_DICT_HOOK_DICTS, *TENSOR_HOOK_DICTS)}
+_OPTIMIZER_KIND_DICTS = {kind: attr for attr, kind in OPTIMIZER_HOOK_DICTS}
 _GLOBAL_KIND_DICTS = {kind: attr for attr, kind in GLOBAL_HOOK_DICTS}
 
 
-def hook_ids(obj: nn.Module | torch.Tensor | None, kind: str) -> set[int]:
+def hook_ids(obj: nn.Module | torch.Tensor | torch.optim.Optimizer | None, kind: str) -> set[int]:
     """The handle ids of the hooks of one ``kind`` attached right now: to a module
-    (``forward_pre``, ``forward``, ``backward_pre``, ``backward``), to a tensor (``tensor``,
-    ``post_accumulate``), or globally (``obj=None``, module kinds). For checks that must know
+    (``forward_pre``, ``forward``, ``backward_pre``, ``backward``, and the state-dict kinds
+    ``state_dict_pre``, ``state_dict``, ``load_state_dict_pre``, ``load_state_dict_post``), to a
+    tensor (``tensor``, ``post_accumulate``), to an optimizer (``step_pre``, ``step_post`` and
+    its state-dict kinds), or globally (``obj=None``, module kinds). For checks that must know
     what is attached while a model runs (the exercise kit's witnesses), without reading torch's
     private dicts outside this module."""
     if obj is None:
         return set(getattr(_module_mod, _GLOBAL_KIND_DICTS[kind], None) or {})
+    if isinstance(obj, torch.optim.Optimizer):
+        return set(getattr(obj, _OPTIMIZER_KIND_DICTS[kind], None) or {})
     attr = _KIND_DICTS.get(kind)
     if attr is None:
         raise ValueError(f"unknown hook kind {kind!r}; one of {', '.join(_KIND_DICTS)}")

@@ -20,6 +20,7 @@ LESSON_MODULES: dict[str, str] = {
     "04_backward_hooks": "backward_hooks",
     "05_inplace_relu_pitfall": "inplace_relu",
     "07_capstone": "capstone",
+    "08_training_hooks": "training_hooks",
 }
 
 __all__ = ["REGISTRY", "CheckReport", "Exercise", "Mismatch", "Tester", "LESSON_MODULES",
