@@ -29,6 +29,7 @@ import socket
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,19 @@ def _entry(rank: int, worker: Callable[..., Any], world_size: int, port: int, ou
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=datetime.timedelta(seconds=TIMEOUT_S))
     try:
-        result = worker(rank, world_size, **kwargs)
+        try:
+            result = worker(rank, world_size, **kwargs)
+        except BaseException:  # the root cause, kept apart from the other ranks' teardown errors
+            (Path(out) / f"rank{rank}.error").write_text(traceback.format_exc())
+            raise
         torch.save(result, Path(out) / f"rank{rank}.pt")
+        dist.barrier()  # leave together: a rank that tears down early can abort the other
     finally:
         dist.destroy_process_group()
+
+
+class WorkerFailed(RuntimeError):
+    """A worker raised in one rank; the message holds that rank's traceback."""
 
 
 def run(worker: Callable[..., Any], world_size: int = 2, *, timeout: float = TIMEOUT_S,
@@ -71,8 +81,8 @@ def run(worker: Callable[..., Any], world_size: int = 2, *, timeout: float = TIM
     gloo process group on localhost; return the list of what each rank returned.
 
     ``worker`` must be importable (defined in a module, not in a notebook cell). Every process
-    has ended when this returns or raises: a worker's exception is raised here (torch's
-    ``ProcessRaisedException``, with the worker's traceback), a run longer than ``timeout``
+    has ended when this returns or raises: a worker's exception is raised here as
+    :class:`WorkerFailed`, with the failing rank's traceback; a run longer than ``timeout``
     seconds is stopped with a ``TimeoutError``.
     """
     if not (isinstance(world_size, int) and world_size >= 1):
@@ -90,6 +100,11 @@ def run(worker: Callable[..., Any], world_size: int = 2, *, timeout: float = TIM
             while not context.join(timeout=0.05):
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"the {world_size} processes did not finish in {timeout:g} s")
+        except mp.ProcessRaisedException as exc:
+            failed = sorted(Path(out).glob("rank*.error"))
+            if failed:  # the worker's own error, not a rank that lost its peer
+                raise WorkerFailed(f"{failed[0].stem} raised in {worker.__name__}:\n{failed[0].read_text()}") from exc
+            raise
         finally:
             for process in context.processes:
                 if process.is_alive():
@@ -174,6 +189,13 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
     return result
 
 
+def fail_in_rank(rank: int, world_size: int, *, failing: int = 1) -> int:
+    """A worker whose rank ``failing`` raises after joining the group: what :func:`run` does then."""
+    if rank == failing:
+        raise ValueError(f"rank {rank} failed on purpose")
+    return rank
+
+
 def main() -> int:
     """Under ``torchrun``: join the group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR,
     MASTER_PORT), run :func:`ddp_hooks_demo`, print one line per rank, leave the group."""
@@ -185,9 +207,11 @@ def main() -> int:
     dist.init_process_group("gloo")
     try:
         result = ddp_hooks_demo(dist.get_rank(), dist.get_world_size())
-        print(f"rank {result['rank']} of {result['world_size']} ({result['backend']}): "
-              f"{len(result['buckets'])} buckets, module hook fired {len(result['hook_saw'])}x, "
-              f"captured {sorted(result['captured'])}", flush=True)
+        sys.stdout.write(f"rank {result['rank']} of {result['world_size']} ({result['backend']}): "
+                         f"{len(result['buckets'])} buckets, module hook fired {len(result['hook_saw'])}x, "
+                         f"captured {sorted(result['captured'])}\n")  # one write: ranks share the terminal
+        sys.stdout.flush()
+        dist.barrier()
     finally:
         dist.destroy_process_group()
     return 0

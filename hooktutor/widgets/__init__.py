@@ -5,6 +5,8 @@
   activation and a full backward hook make of it (``05_inplace_relu_pitfall.ipynb``).
 * :class:`HookPanel` — the full control panel: a hook mode per layer, activation,
   gradient-flow, loss and hook-table views (``06_hook_lab.ipynb``).
+* :func:`ema_toggle` — an optimizer step post-hook keeping an average of the weights, and
+  the loss curves it changes (``08_training_hooks.ipynb``).
 * :data:`MODES` — ``off``, ``observe``, ``zero``, ``scale``, ``scale_grad``.
 
 Every widget keeps its hooks in a :class:`hooktutor.HookSet` named after the widget, so
@@ -16,7 +18,9 @@ from __future__ import annotations
 from ._base import close_all
 from ._modes import MODES
 from .inplace import InplaceSwitch, inplace_switch
+from .optim import EmaToggle, ema_toggle
 from .panel import HookPanel
 from .toggle import HookToggle, hook_toggle
 
-__all__ = ["MODES", "HookPanel", "HookToggle", "InplaceSwitch", "close_all", "hook_toggle", "inplace_switch"]
+__all__ = ["MODES", "EmaToggle", "HookPanel", "HookToggle", "InplaceSwitch", "close_all", "ema_toggle", "hook_toggle",
+           "inplace_switch"]

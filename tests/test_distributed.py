@@ -1,0 +1,103 @@
+"""Two gloo processes on this CPU: DDP and its hooks, capture and list_hooks on the wrapped model,
+and no process or process group left behind (hooktutor/distributed.py, 08_training_hooks)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hooktutor import distributed
+from hooktutor.models import MLP
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    results = distributed.run(distributed.ddp_hooks_demo, 2)
+    assert distributed.leftover_processes() == []  # every process has ended
+    assert not dist.is_initialized()  # and this process never joined a group
+    return results
+
+
+def local_grads(rank: int) -> dict[str, torch.Tensor]:
+    model = MLP(seed=0)
+    x, y = distributed.local_batch(rank)
+    nn.functional.cross_entropy(model(x), y).backward()
+    return {name: p.grad for name, p in model.named_parameters()}
+
+
+def test_each_rank_ran_on_the_cpu_with_gloo_and_its_module_hook_fired(ranks):
+    assert [r["rank"] for r in ranks] == [0, 1]
+    for r in ranks:
+        assert (r["backend"], r["world_size"], r["device"]) == ("gloo", 2, "cpu")
+        assert r["hook_saw"] == [(r["rank"], 8)]  # the hook on the wrapped layer, in its own rank
+
+
+def test_ddp_gradients_are_the_average_of_the_ranks_local_gradients(ranks):
+    g0, g1 = local_grads(0), local_grads(1)
+    for name in g0:
+        assert torch.equal(ranks[0]["grads"][name], ranks[1]["grads"][name])
+        # all-reduce sums in another order than (g0 + g1) / 2 may: a float32 rounding, 1e-6 relative
+        assert torch.allclose(ranks[0]["grads"][name], (g0[name] + g1[name]) / 2, rtol=1e-5, atol=1e-7)
+
+
+def test_the_comm_hook_sees_every_gradient_once_and_changes_nothing(ranks):
+    r = ranks[0]
+    params = dict(MLP(seed=0).named_parameters())
+    shapes = sorted(s for b in r["buckets"] for s in b["shapes"])
+    assert shapes == sorted(tuple(p.shape) for p in params.values())
+    assert sum(b["numel"] for b in r["buckets"]) == sum(p.numel() for p in params.values())
+    assert r["buckets"][-1]["last"]
+    for name in r["grads"]:
+        assert torch.equal(r["grads_comm_hook"][name], r["grads"][name])
+
+
+def test_fp16_compression_rounds_the_gradients_to_half_precision(ranks):
+    for name, g in ranks[0]["grads_fp16"].items():
+        exact = ranks[0]["grads"][name]
+        assert torch.equal(g, g.half().float())  # every value is a float16 value
+        assert torch.allclose(g, exact, rtol=2e-3, atol=1e-4)  # float16 keeps 11 bits: 5e-4 relative
+    assert any(not torch.equal(ranks[0]["grads_fp16"][n], ranks[0]["grads"][n]) for n in ranks[0]["grads"])
+
+
+def test_capture_and_list_hooks_take_layer_names_with_or_without_the_module_prefix(ranks):
+    for r in ranks:
+        assert r["names"][:3] == ["", "module", "module.fc1"]
+        assert r["captured"] == {"fc1": (8, 16), "module.head": (8, 3)}
+        assert sorted(r["hooks_during_capture"]) == [("module.fc1", "forward"), ("module.head", "forward")]
+        assert r["where_fc1"] == 1
+        assert r["hooks_after_capture"] == 0
+        assert r["captured_grad_fc1"].shape == (8, 16)
+
+
+def test_a_failing_rank_is_raised_here_and_leaves_no_process():
+    with pytest.raises(distributed.WorkerFailed, match="(?s)rank1 raised in fail_in_rank.*rank 1 failed on purpose"):
+        distributed.run(distributed.fail_in_rank, 2)
+    assert distributed.leftover_processes() == []
+
+
+def test_a_worker_defined_in_main_is_refused_with_the_reason():
+    def worker(rank, world_size):
+        return rank
+    worker.__module__ = "__main__"
+    with pytest.raises(ValueError, match="can only run a function it can import"):
+        distributed.run(worker, 2)
+
+
+def test_the_torchrun_command_of_the_lesson_starts_the_same_worker():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+                             "-m", "hooktutor.distributed"], capture_output=True, text=True, env=env, cwd=ROOT,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
+    assert lines == [f"rank {r} of 2 (gloo): 1 buckets, module hook fired 1x, captured ['fc1', 'module.head']"
+                     for r in (0, 1)]
