@@ -120,6 +120,23 @@ def _addmm_prefix() -> bool:
     return message.startswith("addmm: ")
 
 
+def _module_state_dict_hooks_public() -> bool:
+    import torch
+    from torch import nn
+
+    public = hasattr(nn.Module, "register_state_dict_post_hook")
+    assert public == hasattr(nn.Module, "register_load_state_dict_pre_hook"), "one of the two public APIs only"
+    if not public:
+        return False
+    lin = nn.Linear(1, 1)
+    with lin.register_state_dict_post_hook(lambda module, state_dict, prefix, meta: {"x": torch.zeros(1)}):
+        try:
+            lin.state_dict()
+        except RuntimeError as error:
+            return "must return None" in str(error)
+    return False
+
+
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="legacy-hook-future-warning",
@@ -190,6 +207,21 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         evidence="the message's format string in libtorch_cpu.so is 'mat1 and mat2 shapes cannot be multiplied (' "
                  "up to the 2.14.1 wheel and ': mat1 and mat2 ...', after the operator's name, in the 2.15.0 wheel",
         probe=_addmm_prefix,
+    ),
+    Claim(
+        id="module-state-dict-hooks-public",
+        kind="behaviour",
+        lessons=("08_training_hooks",),
+        where="section 3 (state-dict hooks) and exercise 2 (a load pre-hook that renames keys)",
+        before="a module's state-dict post-hook and load-state-dict pre-hook exist only as the private "
+               "`_register_state_dict_hook` (a dict it returns from the root becomes the state dict) and "
+               "`_register_load_state_dict_pre_hook(hook, with_module=True)`",
+        after="the public `register_state_dict_post_hook` (its hook must return None: a returned dict raises "
+              "'state_dict post-hook must return None') and `register_load_state_dict_pre_hook` exist too",
+        since="2.5.0",
+        evidence="pytorch/pytorch#131690 (merged July 2024, a reland of #126704), first released in 2.5.0; "
+                 "the two methods are absent from the 2.1.2 wheel and present in the 2.13.0 and 2.15.0 wheels",
+        probe=_module_state_dict_hooks_public,
     ),
 ]}
 
