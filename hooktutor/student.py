@@ -43,9 +43,10 @@ def _tags(cell) -> list[str]:
 
 
 def _answer_name(source: str, where: str) -> str:
-    m = re.search(r"^def\s+(\w+)\s*\(", source, flags=re.M) or re.search(r"^(\w+)\s*=", source, flags=re.M)
+    m = re.search(r"^(?:def|class)\s+(\w+)\s*[(:]", source, flags=re.M)
     if not m:
-        raise MarkingError(f"{where}: a solution cell must define a function (def name(...):)")
+        raise MarkingError(f"{where}: a solution cell must define a function (def name(...):) or a "
+                           "class (class Name:)")
     return m.group(1)
 
 

@@ -36,7 +36,7 @@ def test_each_exercise_has_hints_solution_three_wrong_answers_and_a_hidden_case(
     assert len(ex.wrong_answers) >= 3, "at least three typical wrong answers, proved rejected"
     assert ex.hidden_cases, "at least one hidden case, for nbgrader's hidden tests"
     assert ex.hidden_wrong_answers, "at least one wrong answer that only the hidden cases catch"
-    assert f"def {ex.answer_name}(" in repr(ex.solution())
+    assert f"def {ex.answer_name}(" in repr(ex.solution()) or f"class {ex.answer_name}:" in repr(ex.solution())
 
 
 @pytest.mark.parametrize("key", sorted(EXERCISES))

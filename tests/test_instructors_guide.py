@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from hooktutor import student
-from hooktutor.exercises import LESSON_MODULES, load_all
+from hooktutor.exercises import LESSON_MODULES, load_all, load_predictions
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "instructors.md"
@@ -84,7 +84,7 @@ def test_every_exercise_is_listed_under_its_own_lesson():
         assert match, f"a lesson heading in the mistakes section names no notebook: {part.splitlines()[0]!r}"
         by_lesson[match.group(1)] = part
     module_to_lesson = {module: lesson for lesson, module in LESSON_MODULES.items()}
-    exercises = load_all()
+    exercises = {**load_all(), **load_predictions()}
     assert exercises
     for key, exercise in exercises.items():
         lesson = module_to_lesson[key.split(".")[0]]

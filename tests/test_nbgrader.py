@@ -13,6 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from hooktutor import student
 from hooktutor.exercises import load_all
 
 pytestmark = pytest.mark.course_env
@@ -54,8 +55,10 @@ def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_editio
     ex = load_all()["start_here.count_calls"]
     assert ex.check(VISIBLE_ONLY_ANSWER).passed and not ex.check(VISIBLE_ONLY_ANSWER, hidden=True).passed
     tuned = nbformat.read(release, as_version=4)
-    (answer_cell,) = [c for c in tuned.cells if "solution" in c.metadata.get("tags", [])]
-    answer_cell.source = VISIBLE_ONLY_SOURCE
+    answers = {student._answer_name(c.source, "release"): c for c in tuned.cells
+               if "solution" in c.metadata.get("tags", [])}
+    answers["count_calls"].source = VISIBLE_ONLY_SOURCE
+    answers["predict_calls"].source = "def predict_calls():\n    return 2"     # the prediction right: 1 point
     folder = course / "submitted" / "tuned" / lesson
     folder.mkdir(parents=True)
     nbformat.write(tuned, folder / f"{lesson}.ipynb")
@@ -73,7 +76,8 @@ def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_editio
         assert solved.max_score > 0
         assert solved.score == solved.max_score
         assert untouched.score == 0
-        assert gb.find_submission(lesson, "tuned").score == 0, "the hidden tests should fail the tuned answer"
+        tuned = gb.find_submission(lesson, "tuned")
+        assert tuned.score == solved.max_score - 1, "the hidden tests should fail the tuned answer (only)"
 
 
 VISIBLE_ONLY_SOURCE = '''def count_calls(model, x, layer):

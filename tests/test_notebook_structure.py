@@ -164,3 +164,28 @@ def test_the_colab_setup_cell_is_collapsed_for_a_local_learner(path):
     """It only does something on Colab: locally it stays out of the way, folded away."""
     (cell,) = [c for c in load(path).cells if "colab-setup" in tags(c)]
     assert COLAB_MARKER in cell.source and cell.metadata.get("jupyter", {}).get("source_hidden") is True
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_lesson_has_a_predict_then_run_exercise(path):
+    from hooktutor.exercises import LESSON_MODULES, load_predictions
+
+    predictions = load_predictions()
+    module = LESSON_MODULES.get(path.stem)
+    assert module, f"{path.stem} has no exercise module in hooktutor.exercises.LESSON_MODULES"
+    checked = {m.group(1) for c in load(path).cells if "check" in tags(c)
+               for m in [re.search(r"ex\.(\w+)\.check\(", c.source)] if m}
+    mine = {key.split(".", 1)[1] for key in predictions if key.startswith(module + ".")}
+    assert checked & mine, f"{path.stem}: no check cell runs one of its predictions ({sorted(mine)})"
+
+
+LAPTOP_SCREEN_LINES = 30   # code lines JupyterLab shows at once on a 1366x768 laptop, under the toolbars
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_teaching_cell_fits_on_a_laptop_screen(path):
+    long = [(i, len(c.source.splitlines())) for i, c in enumerate(load(path).cells)
+            if c.cell_type == "code" and not c.get("metadata", {}).get("jupyter", {}).get("source_hidden")
+            and len(c.source.splitlines()) > LAPTOP_SCREEN_LINES]
+    assert not long, (f"{path.stem}: code cells longer than {LAPTOP_SCREEN_LINES} lines (cell, lines): {long}; "
+                      "split them, or move checks that teach nothing to tests/ or a collapsed cell")

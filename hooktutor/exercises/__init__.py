@@ -10,6 +10,7 @@ import importlib
 from types import ModuleType
 
 from .core import REGISTRY, CheckReport, Exercise, Mismatch, Tester
+from .predict import PREDICTIONS, Prediction
 
 # lesson notebook -> module of its exercises
 LESSON_MODULES: dict[str, str] = {
@@ -19,12 +20,13 @@ LESSON_MODULES: dict[str, str] = {
     "03_changing_outputs": "changing_outputs",
     "04_backward_hooks": "backward_hooks",
     "05_inplace_relu_pitfall": "inplace_relu",
+    "06_hook_lab": "hook_lab",
     "07_capstone": "capstone",
     "08_training_hooks": "training_hooks",
 }
 
-__all__ = ["REGISTRY", "CheckReport", "Exercise", "Mismatch", "Tester", "LESSON_MODULES",
-           "load_all"]
+__all__ = ["REGISTRY", "PREDICTIONS", "CheckReport", "Exercise", "Prediction", "Mismatch", "Tester",
+           "LESSON_MODULES", "load_all", "load_predictions"]
 
 
 def load_all() -> dict[str, Exercise]:
@@ -36,6 +38,12 @@ def load_all() -> dict[str, Exercise]:
             if exc.name != f"{__name__}.{name}":
                 raise
     return dict(REGISTRY)
+
+
+def load_predictions() -> dict[str, Prediction]:
+    """Import every lesson's exercise module; return every predict-then-run exercise by key."""
+    load_all()
+    return dict(PREDICTIONS)  # type: ignore[arg-type]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -23,6 +23,7 @@ from torch import nn
 from ..models import seeded, set_inplace
 from . import kit
 from .core import Exercise, Tester
+from .predict import Prediction
 
 # --------------------------------------------------------------------------------------
 # 1. Grad-CAM for any layer and any target classes
@@ -793,3 +794,66 @@ first_nonfinite.wrong("catches every exception, the model's own errors too", men
                       hidden=True)(_stopper("all", tensors_only=True))
 first_nonfinite.wrong("calls torch.isfinite on a tuple output", mentions="returned a tuple",
                       hidden=True)(_stopper("own", tensors_only=False))
+
+
+# -- predict, then run -----------------------------------------------------------------------
+
+HUNTED = ("features.0", "features.1", "features.2", "features.3", "features.4", "features.5", "features",
+          "pool", "classifier", "<model>")
+
+
+def _observe_nan_hunt() -> list[str]:
+    """SmallCNN with one weight of its last conv set to infinity; a forward hook on every module
+    lists those whose output is not finite, in firing order."""
+    from ..data import shapes
+    from ..models import SmallCNN
+
+    model = SmallCNN(num_classes=3, seed=0)
+    with torch.no_grad():
+        model.features[4].weight[0, 0, 1, 1] = float("inf")
+    found, handles = [], []
+
+    def make_check(name: str):
+        def check(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+            if not torch.isfinite(output).all():
+                found.append(name)
+        return check
+    try:
+        for name, module in model.named_modules():
+            handles.append(module.register_forward_hook(make_check(name or "<model>")))
+        with torch.no_grad():
+            model(shapes(8, seed=0)[0])
+    finally:
+        for handle in handles:
+            handle.remove()
+    return found
+
+
+nan_hunt = Prediction(
+    "capstone.nan_hunt", "Predict: what the NaN hunter reports",
+    task=("a list of module names, in the order the hunter appends them, of the modules whose output "
+          f"is not finite; the names: {', '.join(HUNTED)}"),
+    answer_name="predict_hunt",
+    observe=_observe_nan_hunt,
+    choices=HUNTED,
+    hints=["Which modules run after the corrupted conv, and does a ReLU, an average or a Linear turn "
+           "an infinity back into a finite number?",
+           "Containers (features, the model itself) have hooks too, and theirs fire after their children."],
+    explain={
+        "features.4": "the corrupted weight sits in features.4: it is the first output with an infinity.",
+        "features.5": "ReLU keeps +inf (and NaN) as they are: the bad values pass through.",
+        "features": "the Sequential `features` returns the last child's output, so it is non-finite too; "
+                    "its hook fires after all its children.",
+        "pool": "an average over positions that include an infinity or a NaN is not finite either.",
+        "classifier": "a Linear layer mixes every channel, so the bad channel spoils every logit.",
+        "<model>": "the model's own hook fires last, after its forward has returned the non-finite logits.",
+        "features.0": "features.0 to features.3 run before the corrupted conv: their outputs are finite.",
+        "order": "forward hooks fire in running order, and a container's hook after its children's.",
+    },
+    summary="the first name is where the infinity appears; everything after it, containers included, "
+            "inherits it, each container after its children.",
+)
+nan_hunt.wrong("only the culprit", ["features.4"], "pass through")
+nan_hunt.wrong("containers first", ["<model>", "features", "features.4", "features.5", "pool", "classifier"],
+               "after its forward has returned")
+nan_hunt.wrong("ReLU cleans it up", ["features.4", "features"], "pass through")

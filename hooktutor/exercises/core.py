@@ -289,7 +289,14 @@ _INFRASTRUCTURE = tuple(str(Path(p).resolve()) for p in (
 
 def _codes(fn: Any) -> set:
     """The code objects of ``fn`` and of everything defined inside it (its hooks, its lambdas)."""
-    codes, todo = set(), [getattr(getattr(fn, "__func__", fn), "__code__", None)]
+    if isinstance(fn, type):   # an answer that is a class: the code of each of its methods
+        todo = [getattr(getattr(m, "__func__", m), "__code__", None) for m in vars(fn).values()]
+        return set().union(*(_codes_of(c) for c in todo if c is not None))
+    return _codes_of(getattr(getattr(fn, "__func__", fn), "__code__", None))
+
+
+def _codes_of(first: Any) -> set:
+    codes, todo = set(), [first]
     while todo:
         code = todo.pop()
         if code is None or code in codes:
@@ -345,10 +352,12 @@ class Exercise:
         ex.double_grad.solution()         # a solution, only when asked
     """
 
+    registry: dict[str, "Exercise"] = REGISTRY   # where instances are listed (predictions: their own)
+
     def __init__(self, key: str, title: str, *, task: str, hints: list[str], solution: Callable,
                  time_limit: float = TIME_LIMIT_S, errors: dict[str, str] | None = None,
                  answer_name: str | None = None):
-        if key in REGISTRY:
+        if key in self.registry:
             raise ValueError(f"an exercise called {key!r} exists already")
         self.key, self.title, self.task = key, title, task
         self.hints = list(hints)
@@ -361,7 +370,7 @@ class Exercise:
         self.wrong_answers: list[tuple[str, Callable, str]] = []
         self.hidden_wrong_answers: list[tuple[str, Callable, str]] = []
         self._next_hint = 0
-        REGISTRY[key] = self
+        self.registry[key] = self
 
     # -- authoring --------------------------------------------------------------------
     def case(self, description: str, *, hidden: bool = False) -> Callable[[Case], Case]:
@@ -504,6 +513,7 @@ class Exercise:
                          "still wrong.", "hooktutor-hint")
         source = textwrap.dedent(inspect.getsource(self._solution)).strip()
         source = source.replace(f"def {self._solution.__name__}(", f"def {self.answer_name}(", 1)
+        source = source.replace(f"class {self._solution.__name__}:", f"class {self.answer_name}:", 1)
         return _Text(f"# A solution to {self.title}\n{source}", "hooktutor-solution")
 
     def __repr__(self) -> str:
