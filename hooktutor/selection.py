@@ -62,6 +62,8 @@ def get_layer(model: nn.Module, name: str) -> nn.Module:
     if prefix and prefix + name in modules:  # DDP / DataParallel: 'fc1' is 'module.fc1'
         return modules[prefix + name]
     real = [n for n in modules if n]
+    if prefix:  # suggest the short names too
+        real += [n[len(prefix):] for n in real if n.startswith(prefix)]
     close = closest(name, real)
     where = type(model).__name__
     if close:

@@ -63,6 +63,7 @@ STANDINS = {
     "04_backward_hooks": "x, y = blobs(96, seed=0)",
     "05_inplace_relu_pitfall": "x, y = shapes(32, seed=1)",
     "07_capstone": "model = SmallCNN(seed=0)\nx_test, y_test = shapes(64, seed=1)",
+    "08_training_hooks": "import hooktutor",
 }
 
 # Every label-like element of a widget whose text must fit its box.
@@ -164,7 +165,7 @@ def test_every_lesson_widget_fits_a_laptop_screen_and_every_click_shows(laptop, 
     assert_no_errors(laptop)
     code_cells = laptop.locator(CURRENT + " .jp-CodeCell")
     for index, (lesson, _) in enumerate(cells):
-        widget = code_cells.nth(2 + 2 * index).locator(".hooktutor-hook-toggle, .hooktutor-inplace-switch")
+        widget = code_cells.nth(2 + 2 * index).locator(".hooktutor-hook-toggle, .hooktutor-inplace-switch, .hooktutor-ema-toggle")
         expect(widget).to_have_count(1)
         checkbox = widget.locator(".hooktutor-toggle input[type=checkbox]")
         status = widget.locator(".hooktutor-status")
