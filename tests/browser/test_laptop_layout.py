@@ -165,7 +165,8 @@ def test_every_lesson_widget_fits_a_laptop_screen_and_every_click_shows(laptop, 
     assert_no_errors(laptop)
     code_cells = laptop.locator(CURRENT + " .jp-CodeCell")
     for index, (lesson, _) in enumerate(cells):
-        widget = code_cells.nth(2 + 2 * index).locator(".hooktutor-hook-toggle, .hooktutor-inplace-switch, .hooktutor-ema-toggle")
+        widget = code_cells.nth(2 + 2 * index).locator(
+            ".hooktutor-hook-toggle, .hooktutor-inplace-switch, .hooktutor-ema-toggle")
         expect(widget).to_have_count(1)
         checkbox = widget.locator(".hooktutor-toggle input[type=checkbox]")
         status = widget.locator(".hooktutor-status")
