@@ -2,7 +2,8 @@
 """Set up the hooktutor course environment and run it. Needs only Python 3.10+.
 
     python3 course.py lab       # create .venv if missing, install pinned versions, open JupyterLab
-    python3 course.py lab --instructor   # the same, with nbgrader's instructor tooling shown
+                                # on your workbook (workbook/: the lessons with exercises blank)
+    python3 course.py lab --instructor   # on notebooks/ (solutions, stored outputs, nbgrader tooling)
     python3 course.py test      # the same set-up, then the whole test suite
     python3 course.py regen     # re-execute every notebook top to bottom, storing its outputs
     python3 course.py doctor    # check the environment and say what to fix
@@ -41,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 NOTEBOOKS = ROOT / "notebooks"
+WORKBOOK = ROOT / "workbook"  # the learner's copies of the lessons (hooktutor/workbook.py)
 EXTRAS = "lab,test"
 MIN_PYTHON = (3, 10)
 
@@ -190,23 +192,31 @@ def lab_arguments(args: list[str]) -> tuple[bool, list[str]]:
     return INSTRUCTOR_FLAG in args, [a for a in args if a != INSTRUCTOR_FLAG]
 
 
-def lab_command(jupyter: os.PathLike | str, args: list[str]) -> list[str]:
-    """The `jupyter lab` command line (``args``: what the user added, without --instructor)."""
+def lab_command(jupyter: os.PathLike | str, args: list[str], root: Path = NOTEBOOKS) -> list[str]:
+    """The `jupyter lab` command line on folder ``root`` (``args``: what the user added, without
+    --instructor)."""
     extra = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers, CI
-    return [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--ServerApp.root_dir={NOTEBOOKS}",
+    return [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--ServerApp.root_dir={root}",
             "--LabApp.default_url=/lab/tree/00_start_here.ipynb", *extra, *args]
 
 
 def cmd_lab(args: list[str]) -> int:
     instructor, args = lab_arguments(args)
-    ensure_env()
+    python = ensure_env()
     folder = write_lab_config(lab_config_dir(instructor), instructor)
     if instructor:
-        say("instructor mode: nbgrader's menu, Validate button and Create Assignment panel are on")
+        say("instructor mode: notebooks/ with every solution; nbgrader's menu, Validate button and "
+            "Create Assignment panel are on")
+        root = NOTEBOOKS
     else:
-        say(f"learner mode (no nbgrader tooling; `python3 course.py lab {INSTRUCTOR_FLAG}` has it)")
-    say("starting JupyterLab on notebooks/ (open the URL printed below; Ctrl-C stops it)")
-    return run(lab_command(venv_bin("jupyter"), args), env=lab_environment(folder))
+        say(f"learner mode: your workbook, exercises blank (`python3 course.py lab {INSTRUCTOR_FLAG}` "
+            "opens notebooks/, solutions included)")
+        code = run([python, "-m", "hooktutor", "workbook", WORKBOOK])  # never overwrites your work
+        if code != 0:
+            return code
+        root = WORKBOOK
+    say(f"starting JupyterLab on {root} (open the URL printed below; Ctrl-C stops it)")
+    return run(lab_command(venv_bin("jupyter"), args, root), env=lab_environment(folder))
 
 
 def cmd_test(args: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""``python -m hooktutor doctor | regen NB... | student OUTDIR``."""
+"""``python -m hooktutor doctor | regen NB... | student OUTDIR | workbook FOLDER``."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    usage = ("usage: python -m hooktutor doctor | regen NOTEBOOK... | student OUTDIR\n"
+    usage = ("usage: python -m hooktutor doctor | regen NOTEBOOK... | student OUTDIR | workbook FOLDER\n"
              "  doctor   check this environment for the course and say what to fix\n"
              "  regen    execute notebooks top to bottom and store their outputs\n"
-             "  student  write the student edition of every lesson into OUTDIR")
+             "  student  write the student edition of every lesson into OUTDIR\n"
+             "  workbook write or update a learner's workbook in FOLDER, never overwriting their work")
     if not argv or argv[0] in {"-h", "--help"}:
         print(usage)
         return 0
@@ -28,6 +29,9 @@ def main(argv: list[str]) -> int:
     if command == "student":
         from .student import main as student
         return student(rest)
+    if command == "workbook":
+        from .workbook import main as workbook
+        return workbook(rest)
     print(f"unknown command {command!r}\n{usage}", file=sys.stderr)
     return 2
 

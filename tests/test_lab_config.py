@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,19 +88,53 @@ def test_lab_arguments(course, args, instructor, rest):
 
 
 @pytest.mark.parametrize("instructor", [False, True])
-def test_cmd_lab_writes_the_mode_and_starts_lab_with_it(course, monkeypatch, instructor):
+def test_cmd_lab_writes_the_mode_and_starts_lab_with_it(course, monkeypatch, tmp_path, instructor):
     calls = []
-    monkeypatch.setattr(course, "ensure_env", lambda torch=None: None)
+    monkeypatch.setattr(course, "ensure_env", lambda torch=None: Path(sys.executable))
+    monkeypatch.setattr(course, "WORKBOOK", tmp_path / "workbook")
     monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append((cmd, kw)) or 0)
     assert course.cmd_lab(["--instructor", "--port=9"] if instructor else ["--port=9"]) == 0
-    (cmd, kw), = calls
+    if instructor:  # the solutions' folder, nothing written
+        (cmd, kw), = calls
+        assert f"--ServerApp.root_dir={course.NOTEBOOKS}" in cmd
+    else:  # the learner's workbook, brought up to date first
+        (sync, _), (cmd, kw) = calls
+        assert sync == [Path(sys.executable), "-m", "hooktutor", "workbook", tmp_path / "workbook"]
+        assert f"--ServerApp.root_dir={tmp_path / 'workbook'}" in cmd
     assert cmd[1:4] == ["lab", "--no-browser", "--ip=127.0.0.1"] and cmd[-1] == "--port=9"
     assert "--instructor" not in cmd
-    assert f"--ServerApp.root_dir={course.NOTEBOOKS}" in cmd
     folder = course.lab_config_dir(instructor)
     assert kw["env"]["JUPYTER_CONFIG_PATH"] == str(folder)
     page = json.loads((folder / "labconfig" / "page_config.json").read_text())
     assert page["disabledExtensions"] == ({} if instructor else {"@jupyter/nbgrader": True})
+
+
+def test_learner_lab_opens_a_workbook_without_solutions(course, monkeypatch, tmp_path):
+    """The real workbook step (a learner studying alone must not see the answers), then Lab on it."""
+    started = []
+
+    def run(cmd, **kw):
+        if cmd[1:4] == ["-m", "hooktutor", "workbook"]:
+            return subprocess.run([str(c) for c in cmd], check=False).returncode
+        started.append(cmd)
+        return 0
+
+    monkeypatch.setattr(course, "ensure_env", lambda torch=None: Path(sys.executable))
+    monkeypatch.setattr(course, "WORKBOOK", tmp_path / "workbook")
+    monkeypatch.setattr(course, "run", run)
+    assert course.cmd_lab([]) == 0 and len(started) == 1
+    lessons = sorted(p.name for p in (tmp_path / "workbook").glob("*.ipynb"))
+    assert lessons == sorted(p.name for p in course.NOTEBOOKS.glob("*.ipynb"))
+    text = (tmp_path / "workbook" / "01_tensor_hooks.ipynb").read_text()
+    assert "BEGIN SOLUTION" not in text and "NotImplementedError" in text
+
+
+def test_learner_lab_does_not_start_when_the_workbook_cannot_be_written(course, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(course, "ensure_env", lambda torch=None: Path(sys.executable))
+    monkeypatch.setattr(course, "WORKBOOK", tmp_path / "workbook")
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append(cmd) or 1)
+    assert course.cmd_lab([]) == 1 and len(calls) == 1  # the workbook step failed: no Lab
 
 
 def test_the_help_names_the_instructor_mode(course):
