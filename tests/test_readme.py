@@ -34,8 +34,10 @@ def test_binder_link_opens_lesson_00_of_this_repository():
     assert links, "a Binder badge"
     for slug, branch, path in links:
         assert slug == repo_slug() and branch == "main"
-        assert (ROOT / path).is_file(), path
+        # binder/postBuild writes the learner's workbook (exercises blank) from notebooks/
+        assert path.startswith("workbook/") and (ROOT / "notebooks" / path.removeprefix("workbook/")).is_file(), path
     assert any(p.endswith("00_start_here.ipynb") for _, _, p in links)
+    assert "python -m hooktutor workbook workbook" in (ROOT / "binder" / "postBuild").read_text()
 
 
 def test_colab_links_point_at_existing_notebooks_with_a_setup_cell():
