@@ -103,7 +103,7 @@ def first_token(n: int | None = None, *, vocab: int = 4, length: int = 6, seed: 
 
 def corrupt_first(tokens: torch.Tensor, *, vocab: int = 4, seed: int = 0) -> torch.Tensor:
     """A copy of ``tokens`` whose first token is replaced by another one (never the same),
-    drawn by ``seed``: the corrupted run of activation patching (lesson 10)."""
+    drawn by ``seed``: the corrupted run of activation patching (``10_transformer_hooks.ipynb``)."""
     shift = 1 + torch.randint(0, vocab - 1, (len(tokens),), generator=_generator(seed))
     out = tokens.clone()
     out[:, 0] = (tokens[:, 0] + shift) % vocab

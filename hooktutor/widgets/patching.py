@@ -56,13 +56,15 @@ def recovery(logits: torch.Tensor, clean_logits: torch.Tensor, corrupt_logits: t
              right: torch.Tensor, wrong: torch.Tensor) -> float:
     """How much of the clean answer a patched run gets back, at the last position: the mean logit
     difference ``logit[right] - logit[wrong]`` moved from the corrupted run's (0) to the clean
-    run's (1)."""
+    run's (1); ``nan`` when the clean and corrupted runs give the same difference."""
     def diff(out: torch.Tensor) -> torch.Tensor:
         last = out[:, -1]
         return (last.gather(1, right[:, None]) - last.gather(1, wrong[:, None])).mean()
 
-    base = diff(corrupt_logits)
-    return float((diff(logits) - base) / (diff(clean_logits) - base))
+    base, span = diff(corrupt_logits), diff(clean_logits) - diff(corrupt_logits)
+    if abs(float(span)) < 1e-6:  # the two runs answer alike: nothing to recover
+        return float("nan")
+    return float((diff(logits) - base) / span)
 
 
 class _LogitBars:
@@ -143,19 +145,23 @@ class PatchPicker(HookWidget):
         self.widget.add_class("hooktutor-patch-picker")
         self._view = PngView(self.out)
         self._bars = _LogitBars(int(self.clean_logits.shape[-1]))
+        self._setting = False
         self.dropdown.observe(self._on_change, names="value")
         self.slider.observe(self._on_change, names="value")
         self.refresh()
 
     def _on_change(self, change: dict) -> None:
-        if not self.closed:
+        if not self.closed and not self._setting:
             self.refresh()
 
     def pick(self, name: str, position: int) -> float:
         """Patch module ``name`` (or ``"(no patch)"``) at ``position``; return the recovery."""
-        with self.dropdown.hold_trait_notifications(), self.slider.hold_trait_notifications():
+        self._setting = True  # both controls change: one run, not two
+        try:
             self.slider.value = position
             self.dropdown.value = name
+        finally:
+            self._setting = False
         self.refresh()
         return self.recovery
 
@@ -175,7 +181,9 @@ class PatchPicker(HookWidget):
         i = self.example
         self.logits = {"clean": self.clean_logits[i, -1], "corrupted": self.corrupt_logits[i, -1],
                        "patched": logits[i, -1]}
-        self.status_text = f"{what} · clean answer back: {self.recovery:.0%} (mean over {len(logits)} pairs)"
+        back = "undefined (the clean and corrupted runs answer alike)" if self.recovery != self.recovery \
+            else f"{self.recovery:.0%} (mean over {len(logits)} pairs)"
+        self.status_text = f"{what} · clean answer back: {back}"
         self.status.value = f"<span class='hooktutor-recovery'>{html.escape(self.status_text)}</span>"
         title = (f"last position, example {i}: clean answer {int(self.right[i])}, "
                  f"corrupted {int(self.wrong[i])}")
