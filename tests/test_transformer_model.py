@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 from hooktutor import data, models
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -75,12 +80,14 @@ def test_training_is_quick_deterministic_and_perfect_with_a_wide_margin(trained)
 
 
 def test_train_first_token_does_not_import_dynamo():
-    """The reason it writes Adam out: the first torch.optim optimizer imports torch._dynamo (a second)."""
-    if "torch._dynamo" in sys.modules:
-        pytest.skip("torch._dynamo was imported by an earlier test in this process")
-    model = models.TinyTransformer(seed=0)
-    models.train_first_token(model, *data.first_token(8), steps=1)
-    assert "torch._dynamo" not in sys.modules
+    """The reason it writes Adam out: the first torch.optim optimizer imports torch._dynamo (a second).
+    Run in a fresh process, where nothing else imported it before."""
+    code = ("import sys; from hooktutor import data, models; "
+            "models.train_first_token(models.TinyTransformer(seed=0), *data.first_token(8), steps=1); "
+            "print('torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_patching_finds_the_first_token_where_the_lesson_says(trained):
