@@ -4,12 +4,16 @@
   :class:`hooktutor.models.SmallCNN`.
 * :func:`blobs` — Gaussian clusters in a few dimensions, for :class:`hooktutor.models.MLP`.
 * :func:`batches` — shuffled mini-batches, for the capstone's short training run.
+* :func:`first_token` — token sequences whose answer is their first token, to be read at the
+  last position (information has to move), and :func:`corrupt_first` — the same sequences
+  with another first token; for :class:`hooktutor.models.TinyTransformer` (lesson 10).
 
 Taught in ``00_start_here.ipynb``; used throughout.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import torch
@@ -76,3 +80,31 @@ def batches(x: torch.Tensor, y: torch.Tensor, batch_size: int = 32, *, seed: int
     for start in range(0, len(x), batch_size):
         idx = order[start:start + batch_size]
         yield x[idx], y[idx]
+
+
+def first_token(n: int | None = None, *, vocab: int = 4, length: int = 6, seed: int = 0
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token sequences ``(n, length)`` (ids below ``vocab``) and their answer, the first token.
+
+    ``n=None`` gives every sequence, ``vocab ** length`` of them (4096 by default), in
+    lexicographic order; an ``n`` gives that many distinct ones, drawn by ``seed``. A model
+    that answers at the last position must move the first token there: the task of
+    ``10_transformer_hooks.ipynb``.
+    """
+    if vocab < 2 or length < 2:
+        raise ValueError(f"vocab and length must be at least 2, got {vocab} and {length}")
+    every = torch.tensor(list(itertools.product(range(vocab), repeat=length)), dtype=torch.long)
+    if n is not None:
+        if not 1 <= n <= len(every):
+            raise ValueError(f"n must be between 1 and {len(every)}, got {n}")
+        every = every[torch.randperm(len(every), generator=_generator(seed))[:n]]
+    return every, every[:, 0].clone()
+
+
+def corrupt_first(tokens: torch.Tensor, *, vocab: int = 4, seed: int = 0) -> torch.Tensor:
+    """A copy of ``tokens`` whose first token is replaced by another one (never the same),
+    drawn by ``seed``: the corrupted run of activation patching (``10_transformer_hooks.ipynb``)."""
+    shift = 1 + torch.randint(0, vocab - 1, (len(tokens),), generator=_generator(seed))
+    out = tokens.clone()
+    out[:, 0] = (tokens[:, 0] + shift) % vocab
+    return out

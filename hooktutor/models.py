@@ -12,6 +12,9 @@ random state, so creating a model in one cell never changes what another cell dr
   called twice and ``out += identity`` (lessons 02 and 05: what ResNet feature extractors
   meet). :class:`TinyResNet` — a stem, two such blocks, a pool and a classifier.
 * :func:`deep_mlp` — a 20+ layer network for the benchmarks.
+* :class:`TinyTransformer` — token and position embeddings, two ``nn.TransformerEncoderLayer``
+  blocks and an unembedding, trained in about a second by :func:`train_first_token` to copy
+  the first token to the last position (``10_transformer_hooks.ipynb``).
 
 Taught in ``00_start_here.ipynb`` (the map of models) and used throughout.
 """
@@ -265,3 +268,78 @@ def set_inplace(model: nn.Module, inplace: bool) -> list[str]:
             m.inplace = bool(inplace)
             changed.append(name)
     return changed
+
+
+class TokenAndPosition(nn.Module):
+    """``tok(tokens) + pos(0, 1, ..., L-1)``: the residual stream that enters a transformer's
+    first block. Input ``(N, length)`` token ids, output ``(N, length, width)``."""
+
+    def __init__(self, vocab: int, length: int, width: int):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(length, width)
+        # a buffer, not torch.arange(L, device=...) in forward: torch.fx before 2.2 cannot trace that
+        self.register_buffer("positions", torch.arange(length), persistent=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.tok(tokens) + self.pos(self.positions)  # sequences of exactly `length` tokens
+
+
+class TinyTransformer(nn.Module):
+    """A transformer small enough to train in about a second on one CPU core.
+
+    ``embed`` (:class:`TokenAndPosition`) -> ``blocks.0`` -> ``blocks.1`` -> ``unembed``:
+    each block is a plain ``nn.TransformerEncoderLayer`` (``width`` 32, 2 heads, no dropout,
+    ``batch_first=True``, ReLU), so in eval mode under ``torch.no_grad()`` or
+    ``torch.inference_mode()`` it may take PyTorch's fused fast path, and hooks on its
+    submodules (``blocks.0.self_attn``, ``blocks.0.linear1``...) see what that allows.
+    Input ``(N, L)`` token ids, output ``(N, L, vocab)`` logits, one prediction per position;
+    :func:`hooktutor.data.first_token` reads the last one. Taught in
+    ``10_transformer_hooks.ipynb`` (cache, patch, steer).
+    """
+
+    def __init__(self, vocab: int = 4, length: int = 6, width: int = 32, heads: int = 2, blocks: int = 2,
+                 *, seed: int = 0):
+        super().__init__()
+        with seeded(seed):
+            self.embed = TokenAndPosition(vocab, length, width)
+            self.blocks = nn.ModuleList([
+                nn.TransformerEncoderLayer(width, heads, dim_feedforward=2 * width, dropout=0.0, batch_first=True)
+                for _ in range(blocks)])
+            self.unembed = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        for block in self.blocks:
+            h = block(h)
+        return self.unembed(h)
+
+
+def train_first_token(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, *, steps: int = 40,
+                      lr: float = 0.01) -> list[float]:
+    """Train ``model`` in place to predict ``targets`` at the last position; return the losses.
+
+    ``steps`` full-batch Adam steps, no randomness: the same start gives the same model. Adam
+    is written out (the textbook update, ``betas=(0.9, 0.999)``) because the first
+    ``torch.optim`` optimizer of a process imports ``torch._dynamo``, about a second, longer
+    than this whole training. The model is left in eval mode. ``10_transformer_hooks.ipynb``.
+    """
+    params = [p for p in model.parameters() if p.requires_grad]
+    first = [torch.zeros_like(p) for p in params]
+    second = [torch.zeros_like(p) for p in params]
+    beta1, beta2, eps = 0.9, 0.999, 1e-8
+    model.train()
+    losses = []
+    for step in range(1, steps + 1):
+        model.zero_grad()
+        loss = nn.functional.cross_entropy(model(tokens)[:, -1], targets)
+        loss.backward()
+        with torch.no_grad():
+            for p, m, v in zip(params, first, second):
+                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                denom = (v / (1 - beta2 ** step)).sqrt_().add_(eps)
+                p.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step))
+        losses.append(loss.item())
+    model.eval()
+    return losses

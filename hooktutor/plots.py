@@ -9,6 +9,8 @@ display it as a cell's last expression, or turn it into PNG bytes with :func:`to
 * :func:`hook_timeline` — a :class:`hooktutor.trace.HookTrace` drawn (lessons 02 and 04).
 * :func:`heatmaps` — images with an overlay such as Grad-CAM (the capstone).
 * :func:`line_plot` — named series over steps (the capstone's activation statistics).
+* :func:`grid` — a matrix of numbers as colours with the numbers written in (lesson 10's
+  activation-patching map: module x position).
 * :class:`LiveHistogram`, :class:`LiveGradientFlow`, :class:`LiveFeatureMaps` — figures
   redrawn in place, cheap enough for a widget to redraw on every click (the widgets).
 """
@@ -164,6 +166,30 @@ def line_plot(series: Mapping[str, Sequence[float]], *, title: str = "", xlabel:
     a.set_ylabel(ylabel)
     if series:
         a.legend(fontsize=7)
+    return fig
+
+
+def grid(values: torch.Tensor, *, rows: Sequence[str], cols: Sequence[str], title: str = "",
+         xlabel: str = "", decimals: int = 1, vmin: float = 0.0, vmax: float = 1.0):
+    """A 2-D tensor as a coloured grid, each cell labelled with its value at ``decimals``
+    (the colours are drawn from the rounded values too, so the picture is the same on every
+    CPU). ``10_transformer_hooks.ipynb``: how much of the clean answer patching brings back."""
+    shown = torch.round(values.detach().float().cpu() * 10 ** decimals) / 10 ** decimals + 0.0
+    fig, axes = _new(size=(0.6 * len(cols) + 1.8, 0.45 * len(rows) + 1.0))
+    a = axes[0][0]
+    image = a.imshow(shown.numpy(), cmap="Blues", vmin=vmin, vmax=vmax, aspect="auto")
+    a.set_xticks(range(len(cols)))
+    a.set_xticklabels(list(cols), fontsize=8)
+    a.set_yticks(range(len(rows)))
+    a.set_yticklabels(list(rows), fontsize=8)
+    for i in range(shown.shape[0]):
+        for j in range(shown.shape[1]):
+            v = float(shown[i, j])
+            a.text(j, i, f"{v:.{decimals}f}", ha="center", va="center", fontsize=7,
+                   color="white" if v > (vmin + vmax) / 2 else "black")
+    a.set_xlabel(xlabel, fontsize=8)
+    a.set_title(title, fontsize=9)
+    fig.colorbar(image, ax=a, fraction=0.05)
     return fig
 
 

@@ -137,6 +137,20 @@ def _module_state_dict_hooks_public() -> bool:
     return False
 
 
+def _encoder_fastpath_off_with_hooks() -> bool:
+    import torch
+    from torch import nn
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).eval()
+    fired = []
+    with layer.self_attn.register_forward_hook(lambda m, a, o: fired.append(True)):
+        with torch.inference_mode():
+            layer(torch.ones(2, 3, 8))
+    return bool(fired)
+
+
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="legacy-hook-future-warning",
@@ -222,6 +236,24 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         evidence="pytorch/pytorch#131690 (merged July 2024, a reland of #126704), first released in 2.5.0; "
                  "the two methods are absent from the 2.1.2 wheel and present in the 2.13.0 and 2.15.0 wheels",
         probe=_module_state_dict_hooks_public,
+    ),
+    Claim(
+        id="encoder-fastpath-off-with-hooks",
+        kind="behaviour",
+        lessons=("10_transformer_hooks",),
+        where="section 5 (the fast path: what a hook on a submodule, on the layer and a global hook see) and "
+              "the prediction 'which hooks fire on the fast path'",
+        before="a `TransformerEncoderLayer` in eval mode under `no_grad`/`inference_mode` takes the fused fast path "
+               "(`torch._transformer_encoder_layer_fwd`) whatever hooks its submodules carry: a forward hook on "
+               "`self_attn` or `linear1` never fires",
+        after="a forward hook or pre-hook on the layer or any of its submodules turns the fast path off for that "
+              "layer ('forward pre-/hooks are attached to the module'), so the submodule runs and its hook fires; "
+              "a global hook is not counted and still sees no submodule",
+        since="2.5.0",
+        evidence="pytorch/pytorch#128415 (fixes #128413), merged 2024-06-14, after the release/2.4 branch cut, so "
+                 "first released in 2.5.0; the check is absent from torch/nn/modules/transformer.py in the 2.1.2 "
+                 "wheel and present in the 2.13.0 and 2.15.0 wheels; the probe was run on those three",
+        probe=_encoder_fastpath_off_with_hooks,
     ),
 ]}
 

@@ -23,6 +23,7 @@ LESSON_MODULES: dict[str, str] = {
     "06_hook_lab": "hook_lab",
     "07_capstone": "capstone",
     "08_training_hooks": "training_hooks",
+    "10_transformer_hooks": "transformer_hooks",
 }
 
 __all__ = ["REGISTRY", "PREDICTIONS", "CheckReport", "Exercise", "Prediction", "Mismatch", "Tester",

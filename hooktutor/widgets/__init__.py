@@ -7,6 +7,8 @@
   gradient-flow, loss and hook-table views (``06_hook_lab.ipynb``).
 * :func:`ema_toggle` — an optimizer step post-hook keeping an average of the weights, and
   the loss curves it changes (``08_training_hooks.ipynb``).
+* :func:`patch_picker` — activation patching in a transformer: pick a module and a position,
+  watch the logits move (``10_transformer_hooks.ipynb``).
 * :data:`MODES` — ``off``, ``observe``, ``zero``, ``scale``, ``scale_grad``.
 
 Every widget keeps its hooks in a :class:`hooktutor.HookSet` named after the widget, so
@@ -20,7 +22,8 @@ from ._modes import MODES
 from .inplace import InplaceSwitch, inplace_switch
 from .optim import EmaToggle, ema_toggle
 from .panel import HookPanel
+from .patching import PatchPicker, patch_picker
 from .toggle import HookToggle, hook_toggle
 
 __all__ = ["MODES", "EmaToggle", "HookPanel", "HookToggle", "InplaceSwitch", "close_all", "ema_toggle", "hook_toggle",
-           "inplace_switch"]
+           "inplace_switch", "PatchPicker", "patch_picker"]

@@ -64,6 +64,10 @@ STANDINS = {
     "05_inplace_relu_pitfall": "x, y = shapes(32, seed=1)",
     "07_capstone": "model = SmallCNN(seed=0)\nx_test, y_test = shapes(64, seed=1)",
     "08_training_hooks": "import hooktutor",
+    "10_transformer_hooks": "from hooktutor.data import corrupt_first, first_token\n"
+                            "from hooktutor.models import TinyTransformer\n"
+                            "model = TinyTransformer(seed=0)\nclean = first_token(64, seed=1)[0]\n"
+                            "corrupt = corrupt_first(clean, seed=1)\nnames = ['embed', 'blocks.0', 'blocks.1']",
 }
 
 # Every label-like element of a widget whose text must fit its box.
@@ -121,7 +125,7 @@ def try_it_live_cells() -> list[tuple[str, str]]:
     import nbformat
 
     found = []
-    for path in sorted(NOTEBOOKS.glob("0*.ipynb")):
+    for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         if path == HOOK_LAB:
             continue
         cells = nbformat.read(path, as_version=4).cells
@@ -166,22 +170,27 @@ def test_every_lesson_widget_fits_a_laptop_screen_and_every_click_shows(laptop, 
     code_cells = laptop.locator(CURRENT + " .jp-CodeCell")
     for index, (lesson, _) in enumerate(cells):
         widget = code_cells.nth(2 + 2 * index).locator(
-            ".hooktutor-hook-toggle, .hooktutor-inplace-switch, .hooktutor-ema-toggle")
+            ".hooktutor-hook-toggle, .hooktutor-inplace-switch, .hooktutor-ema-toggle, .hooktutor-patch-picker")
         expect(widget).to_have_count(1)
-        checkbox = widget.locator(".hooktutor-toggle input[type=checkbox]")
+        dropdown = widget.locator(".hooktutor-toggle select")  # lesson 10's patch picker: a module to patch
+        if dropdown.count():
+            click, unclick = (lambda: dropdown.select_option(index=2)), (lambda: dropdown.select_option(index=0))
+        else:
+            checkbox = widget.locator(".hooktutor-toggle input[type=checkbox]")
+            click = unclick = checkbox.click
         status = widget.locator(".hooktutor-status")
         view = widget.locator(".hooktutor-view")
         shot(widget, f"{lesson}-try-it-live")
         assert_nothing_cut_off(widget, f"{lesson}'s Try it live widget")
         before_status, before_view = status.text_content(), view.inner_html()
-        checkbox.click()
+        click()
         expect(status).not_to_have_text(before_status, timeout=2_000)
         # the view changes where the lesson's hook changes it (lesson 02's hook only observes)
         if "observe" not in dict(cells)[lesson]:
             assert changed(view.inner_html, before_view), f"{lesson}: ticking the box left the view as it was"
         shot(widget, f"{lesson}-try-it-live-ticked")
         assert_nothing_cut_off(widget, f"{lesson}'s Try it live widget, ticked")
-        checkbox.click()
+        unclick()
         expect(status).to_have_text(before_status, timeout=2_000)
         wait_idle(laptop)
 
