@@ -7,6 +7,8 @@
   gradient-flow, loss and hook-table views (``06_hook_lab.ipynb``).
 * :func:`ema_toggle` — an optimizer step post-hook keeping an average of the weights, and
   the loss curves it changes (``08_training_hooks.ipynb``).
+* :func:`saved_tensors_toggle` — a pack/unpack pair that keeps the saved activations in
+  bfloat16, and the bytes and gradient error it changes (``09_autograd_graph_hooks.ipynb``).
 * :data:`MODES` — ``off``, ``observe``, ``zero``, ``scale``, ``scale_grad``.
 
 Every widget keeps its hooks in a :class:`hooktutor.HookSet` named after the widget, so
@@ -20,7 +22,8 @@ from ._modes import MODES
 from .inplace import InplaceSwitch, inplace_switch
 from .optim import EmaToggle, ema_toggle
 from .panel import HookPanel
+from .saved import SavedTensorsToggle, saved_tensors_toggle
 from .toggle import HookToggle, hook_toggle
 
-__all__ = ["MODES", "EmaToggle", "HookPanel", "HookToggle", "InplaceSwitch", "close_all", "ema_toggle", "hook_toggle",
-           "inplace_switch"]
+__all__ = ["MODES", "EmaToggle", "HookPanel", "HookToggle", "InplaceSwitch", "SavedTensorsToggle", "close_all",
+           "ema_toggle", "hook_toggle", "inplace_switch", "saved_tensors_toggle"]

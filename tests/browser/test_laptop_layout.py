@@ -64,6 +64,7 @@ STANDINS = {
     "05_inplace_relu_pitfall": "x, y = shapes(32, seed=1)",
     "07_capstone": "model = SmallCNN(seed=0)\nx_test, y_test = shapes(64, seed=1)",
     "08_training_hooks": "import hooktutor",
+    "09_autograd_graph_hooks": "from hooktutor.models import deep_mlp\nx, y = blobs(32, seed=0)",
 }
 
 # Every label-like element of a widget whose text must fit its box.
@@ -166,7 +167,7 @@ def test_every_lesson_widget_fits_a_laptop_screen_and_every_click_shows(laptop, 
     code_cells = laptop.locator(CURRENT + " .jp-CodeCell")
     for index, (lesson, _) in enumerate(cells):
         widget = code_cells.nth(2 + 2 * index).locator(
-            ".hooktutor-hook-toggle, .hooktutor-inplace-switch, .hooktutor-ema-toggle")
+            ".hooktutor-hook-toggle, .hooktutor-inplace-switch, .hooktutor-ema-toggle, .hooktutor-saved-toggle")
         expect(widget).to_have_count(1)
         checkbox = widget.locator(".hooktutor-toggle input[type=checkbox]")
         status = widget.locator(".hooktutor-status")
