@@ -377,8 +377,14 @@ def _expected_records(model: nn.Module, x: torch.Tensor) -> dict[str, list[torch
 def _records_case(answer: Callable, t: Tester, build: Callable[[], nn.Module], x: torch.Tensor, what: str) -> None:
     want = _expected_records(build(), x)
     model = t.track(build(), "the model")
-    got = answer(model, x)
+    with kit.HookWitness(_leaves(model)) as witness:
+        got = answer(model, x)
     t.expect_type(got, dict, what=what, nudge="a dict: module path -> list of outputs")
+    unhooked = [name for name, _ in _leaves(model) if not witness.fired(name, "forward")]
+    t.expect(not unhooked, what="forward hooks on the modules while the model ran", expected="one on each",
+             got=f"none on {', '.join(unhooked)}", nudge=(
+                 "record with a hook: module.register_forward_hook(hook) on every module without children, "
+                 "removed afterwards (not a replaced forward method)"))
     t.expect(sorted(got) == sorted(want), what=f"the module paths in {what}", expected=sorted(want), got=sorted(got),
              nudge="hook every module without children (model.named_modules(), nested ones too)")
     t.expect(all(p.grad is not None for p in model.parameters()), what="the parameters' .grad after your call",
@@ -478,6 +484,35 @@ def _bare_detach(model, x):
 @record_first_calls.wrong("removes the hooks without finally:", mentions="finally:")
 def _records_no_finally(model, x):
     return _recorder(model, x, lambda n, r: True, _clone, use_finally=False)
+
+
+@record_first_calls.wrong("replaces each module's forward instead of registering a hook",
+                          mentions="register_forward_hook")
+def _patched_forward(model, x):
+    records, phase, originals = {}, {"forward": True}, {}
+
+    def patched(name, module):
+        original = module.forward
+
+        def forward(*args, **kwargs):
+            out = original(*args, **kwargs)
+            if phase["forward"]:
+                records.setdefault(name, []).append(out.detach().clone())
+            return out
+        return original, forward
+
+    for name, module in model.named_modules():
+        if not list(module.children()):
+            originals[name], module.forward = patched(name, module)
+    try:
+        out = model(x)
+        phase["forward"] = False
+        out.sum().backward()
+    finally:
+        for name, module in model.named_modules():
+            if name in originals:
+                del module.forward  # the class's forward again
+    return records
 
 
 @record_first_calls.wrong("keeps the first call of each module only", mentions="gets two entries", hidden=True)

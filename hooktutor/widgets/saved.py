@@ -28,7 +28,7 @@ from ._render import DPI, PngView, fingerprint
 @dataclass
 class SavedRun:
     """One forward and backward pass: the bytes of activations each layer saved (as stored, after
-    packing), the output, and the gradients of the parameters."""
+    packing), the output, and the gradients of the parameters (``09_autograd_graph_hooks.ipynb``)."""
 
     per_layer: dict[str, int]
     output: torch.Tensor
@@ -42,7 +42,7 @@ class SavedRun:
 def saved_run(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, *, bfloat16: bool) -> SavedRun:
     """One cross-entropy forward and backward pass of ``model``, with the activations it saves packed into
     bfloat16 or not. The bytes of each activation, as stored, go to the leaf module that ran last (a forward
-    pre-hook on each leaf says which); ``model``'s ``.grad`` is left as it was."""
+    pre-hook on each leaf says which); ``model``'s ``.grad`` is left as it was. ``09_autograd_graph_hooks.ipynb``."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     per_layer: dict[str, int] = {}
     running = [""]
@@ -100,7 +100,7 @@ def _counted(count: Any, bfloat16: bool, model: nn.Module) -> Iterator[None]:
 
 
 def relative_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
-    """``||got - want|| / ||want||`` over all the tensors together."""
+    """``||got - want|| / ||want||`` over all the tensors together (``09_autograd_graph_hooks.ipynb``)."""
     num = torch.stack([(a - b).pow(2).sum() for a, b in zip(got, want)]).sum().sqrt()
     den = torch.stack([b.pow(2).sum() for b in want]).sum().sqrt()
     return float(num / den)
