@@ -115,7 +115,8 @@ def hook_timeline(trace: Any, ax: Any = None):
             paths.append(e.path)
     markers = {"forward_pre": ("tab:blue", ">"), "forward": ("tab:blue", "o"),
                "backward_pre": ("tab:red", "<"), "backward": ("tab:red", "o"),
-               "tensor": ("tab:purple", "s"), "post_accumulate": ("tab:green", "D")}
+               "tensor": ("tab:purple", "s"), "post_accumulate": ("tab:green", "D"),
+               "node_pre": ("tab:brown", "<"), "node": ("tab:brown", "o")}
     fig, axes = _new(size=(max(5.0, 0.18 * len(events) + 2), 0.35 * len(paths) + 1.2), ax=ax)
     a = axes if ax is not None else axes[0][0]
     for kind, (color, marker) in markers.items():

@@ -1,7 +1,8 @@
 """``trace_hooks``: which hook of which module fires when, forward and backward.
 
 Taught in ``02_forward_hooks.ipynb`` (forward order across nested modules) and
-``04_backward_hooks.ipynb`` (backward order). It attaches a probe of every kind to every
+``04_backward_hooks.ipynb`` (backward order); the hooks on each output's backward node
+(``kinds`` ``node_pre`` and ``node``) in ``09_autograd_graph_hooks.ipynb``. It attaches a probe of every kind to every
 module (and parameter), runs one forward and one backward, removes every probe in a
 ``finally`` and returns the ordered events.
 """
@@ -23,6 +24,8 @@ from .selection import check_model
 FORWARD_KINDS = ("forward_pre", "forward")
 BACKWARD_KINDS = ("backward_pre", "backward", "tensor", "post_accumulate")
 ALL_KINDS = FORWARD_KINDS + BACKWARD_KINDS
+# hooks on the backward node (grad_fn) of each module output: asked for by name, not in the default
+NODE_KINDS = ("node_pre", "node")
 
 
 @dataclass(frozen=True)
@@ -102,14 +105,17 @@ def trace_hooks(model: nn.Module, inputs: Any, loss_fn: Callable[[Any], torch.Te
     ``inputs`` is a tensor or a tuple of them (floating-point tensors are cloned to require
     grad, so the first layer's backward hooks fire normally). ``loss_fn(output)`` gives the
     scalar to differentiate; by default the sum of the output. ``kinds`` limits the probes,
-    for example ``kinds=("forward_pre", "forward")`` for a forward-only picture.
+    for example ``kinds=("forward_pre", "forward")`` for a forward-only picture. ``"node_pre"``
+    and ``"node"`` (not in the default) add ``grad_fn.register_prehook`` and ``register_hook``
+    probes on the backward node of each module output; their events name the node.
 
-    Taught in ``02_forward_hooks.ipynb`` and ``04_backward_hooks.ipynb``.
+    Taught in ``02_forward_hooks.ipynb``, ``04_backward_hooks.ipynb`` and (the node kinds)
+    ``09_autograd_graph_hooks.ipynb``.
     """
     check_model(model, "trace_hooks")
-    unknown = set(kinds) - set(ALL_KINDS)
+    unknown = set(kinds) - set(ALL_KINDS + NODE_KINDS)
     if unknown:
-        raise ValueError(f"unknown kind(s) {sorted(unknown)}; choose from {ALL_KINDS}")
+        raise ValueError(f"unknown kind(s) {sorted(unknown)}; choose from {ALL_KINDS + NODE_KINDS}")
     if "backward" in kinds or "backward_pre" in kinds:
         culprits = inplace_modules(model)
         if culprits and torch.is_grad_enabled():
@@ -129,15 +135,29 @@ def trace_hooks(model: nn.Module, inputs: Any, loss_fn: Callable[[Any], torch.Te
     def record(phase: str, kind: str, path: str, mtype: str) -> None:
         events.append(HookEvent(len(events) + 1, phase, kind, path, mtype))
 
+    reach_outputs = [k for k in ("tensor", *NODE_KINDS) if k in kinds]
+
+    def output_probes(module: nn.Module, output: Any) -> None:
+        """Tensor and node probes on each output that needs a gradient (removed with the others)."""
+        path, mtype = names[module], type(module).__name__
+        for _, t in iter_tensors(output):
+            if not t.requires_grad:
+                continue
+            if "tensor" in kinds:
+                handles.append(t.register_hook(lambda g, p=path, m=mtype: record("backward", "tensor", p, m)))
+            node = t.grad_fn
+            if node is not None and "node_pre" in kinds:
+                handles.append(node.register_prehook(
+                    lambda grad_outputs, p=path, n=node.name(): record("backward", "node_pre", p, n)))
+            if node is not None and "node" in kinds:
+                handles.append(node.register_hook(
+                    lambda grad_inputs, grad_outputs, p=path, n=node.name(): record("backward", "node", p, n)))
+
     def module_probe(kind: str, phase: str) -> Callable:
         def probe(module, *rest):
             record(phase, kind, names[module], type(module).__name__)
-            if kind == "forward" and "tensor" in kinds and torch.is_grad_enabled():
-                for _, t in iter_tensors(rest[-1]):
-                    if t.requires_grad:
-                        handles.append(t.register_hook(
-                            lambda g, p=names[module], m=type(module).__name__:
-                            record("backward", "tensor", p, m)))
+            if kind == "forward" and reach_outputs and torch.is_grad_enabled():
+                output_probes(module, rest[-1])
         probe.__qualname__ = f"trace_hooks.{kind}"
         return probe
 
@@ -147,7 +167,7 @@ def trace_hooks(model: nn.Module, inputs: Any, loss_fn: Callable[[Any], torch.Te
         for module in names:
             if "forward_pre" in kinds:
                 handles.append(module.register_forward_pre_hook(module_probe("forward_pre", "forward")))
-            if "forward" in kinds or "tensor" in kinds:
+            if "forward" in kinds or reach_outputs:
                 handles.append(module.register_forward_hook(module_probe("forward", "forward")))
             if "backward_pre" in kinds:
                 handles.append(module.register_full_backward_pre_hook(
@@ -162,7 +182,7 @@ def trace_hooks(model: nn.Module, inputs: Any, loss_fn: Callable[[Any], torch.Te
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             output = model(*args, **(kwargs or {}))
-            if any(k in kinds for k in BACKWARD_KINDS):
+            if any(k in kinds for k in BACKWARD_KINDS + NODE_KINDS):
                 loss = (loss_fn or _default_loss)(output)
                 loss.backward()
         caught = [str(w.message) for w in seen]

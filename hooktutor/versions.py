@@ -137,6 +137,42 @@ def _module_state_dict_hooks_public() -> bool:
     return False
 
 
+def _gradient_edge() -> bool:
+    import torch
+    import torch.autograd.graph as graph
+
+    if not hasattr(graph, "get_gradient_edge"):
+        return False
+    x = torch.ones(2, requires_grad=True)
+    h = x * 2
+    edge = graph.get_gradient_edge(h)
+    (grad,) = torch.autograd.grad((h * 3).sum(), edge)
+    return bool(torch.equal(grad, torch.full((2,), 3.0)))
+
+
+def _multi_grad_hook_any() -> bool:
+    import inspect
+
+    import torch
+    from torch.autograd.graph import register_multi_grad_hook
+
+    if "mode" not in inspect.signature(register_multi_grad_hook).parameters:
+        return False
+    a, b = torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+    seen = []
+    with register_multi_grad_hook((a, b), seen.append, mode="any"):
+        (a * 2 + b * 3).sum().backward()
+    return len(seen) == 1 and isinstance(seen[0], torch.Tensor)
+
+
+def _module_tracker() -> bool:
+    try:
+        from torch.utils.module_tracker import ModuleTracker
+    except ImportError:
+        return False
+    return hasattr(ModuleTracker(), "is_bw")
+
+
 def _encoder_fastpath_off_with_hooks() -> bool:
     import torch
     from torch import nn
@@ -236,6 +272,48 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         evidence="pytorch/pytorch#131690 (merged July 2024, a reland of #126704), first released in 2.5.0; "
                  "the two methods are absent from the 2.1.2 wheel and present in the 2.13.0 and 2.15.0 wheels",
         probe=_module_state_dict_hooks_public,
+    ),
+    Claim(
+        id="gradient-edge",
+        kind="behaviour",
+        lessons=("09_autograd_graph_hooks",),
+        where="section 4 (`get_gradient_edge`: the gradient of a tensor that was modified in place afterwards)",
+        before="there is no public `torch.autograd.graph.get_gradient_edge`; `torch.autograd.grad` takes tensors only",
+        after="`get_gradient_edge(tensor)` returns the (node, output number) pair behind a tensor, and "
+              "`torch.autograd.grad` accepts it in place of the tensor",
+        since="2.2.0",
+        evidence="pytorch/pytorch#110867 ('Allow specifying inputs as GradientEdge in autograd APIs', October 2023, "
+                 "before the 2.2 branch cut); `get_gradient_edge` is absent from the 2.1.2 wheel's "
+                 "torch/autograd/graph.py and present in the 2.13.0 and 2.15.0 wheels",
+        probe=_gradient_edge,
+    ),
+    Claim(
+        id="multi-grad-hook-any",
+        kind="behaviour",
+        lessons=("09_autograd_graph_hooks",),
+        where="section 4 (`register_multi_grad_hook(..., mode=\"any\")`)",
+        before="`register_multi_grad_hook(tensors, fn)` has no `mode`: it calls `fn` once all gradients are "
+               "computed, with a list (None for a tensor the backward did not reach)",
+        after="`mode=\"any\"` calls `fn` once, with the first gradient computed (a tensor, not a list); "
+              "`mode=\"all\"` is the default and the old behaviour",
+        since="2.3.0",
+        evidence="pytorch/pytorch#117984 ('Added \"any\" mode to register_multi_grad_hook', January 2024, after the "
+                 "2.2 branch cut); the 2.1.2 wheel's signature has no `mode`, the 2.13.0 and 2.15.0 wheels' have it",
+        probe=_multi_grad_hook_any,
+    ),
+    Claim(
+        id="module-tracker",
+        kind="behaviour",
+        lessons=("09_autograd_graph_hooks",),
+        where="section 2 (telling a checkpoint's recomputation apart with `ModuleTracker.is_bw`)",
+        before="there is no `torch.utils.module_tracker`",
+        after="`torch.utils.module_tracker.ModuleTracker` is a context manager whose `is_bw` says whether a "
+              "module runs during backward (a checkpoint's recomputation does)",
+        since="2.4.0",
+        evidence="the module was added in May 2024 (its documentation page says 'Created On: May 04, 2024') and "
+                 "is documented from the 2.4 docs on; absent from the 2.1.2 wheel, present in the 2.13.0 and "
+                 "2.15.0 wheels",
+        probe=_module_tracker,
     ),
     Claim(
         id="encoder-fastpath-off-with-hooks",

@@ -68,3 +68,20 @@ def test_bad_arguments():
         ht.trace_hooks("model", torch.ones(1))
     with pytest.raises(ValueError, match="unknown kind"):
         ht.trace_hooks(nested(), torch.ones(1, 2), kinds=("fwd",))
+
+
+def test_node_kinds_hook_each_output_s_backward_node_after_its_tensor_hook():
+    model = ht.models.MLP(seed=0)
+    trace = ht.trace_hooks(model, ht.data.blobs(4, seed=0)[0], kinds=("tensor", "node_pre", "node"))
+    assert all(e.phase == "backward" for e in trace)
+    for layer, node in (("act2", "ReluBackward0"), ("fc2", "AddmmBackward0"), ("fc1", "AddmmBackward0")):
+        events = [e for e in trace if e.path == layer]
+        assert [e.kind for e in events] == ["tensor", "node_pre", "node"]
+        assert [e.module_type for e in events[1:]] == [node, node]  # node events name the node
+    # the model returns head's output: both probes sit on one node and fire in registration order
+    assert trace.labels()[:6] == ["tensor head", "tensor <root>", "node_pre head", "node_pre <root>",
+                                  "node head", "node <root>"]
+    assert len(ht.list_hooks(model)) == 0 and all(p.grad is None for p in model.parameters())
+    assert "node_pre" not in ht.trace.ALL_KINDS  # asked for by name: the default trace is unchanged
+    fig = trace.plot()
+    assert fig.axes[0].get_title() == "hook firing order in MLP"

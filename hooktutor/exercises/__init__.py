@@ -23,6 +23,7 @@ LESSON_MODULES: dict[str, str] = {
     "06_hook_lab": "hook_lab",
     "07_capstone": "capstone",
     "08_training_hooks": "training_hooks",
+    "09_autograd_graph_hooks": "graph_hooks",
     "10_transformer_hooks": "transformer_hooks",
 }
 

@@ -7,6 +7,8 @@
   gradient-flow, loss and hook-table views (``06_hook_lab.ipynb``).
 * :func:`ema_toggle` — an optimizer step post-hook keeping an average of the weights, and
   the loss curves it changes (``08_training_hooks.ipynb``).
+* :func:`saved_tensors_toggle` — a pack/unpack pair that keeps the saved activations in
+  bfloat16, and the bytes and gradient error it changes (``09_autograd_graph_hooks.ipynb``).
 * :func:`patch_picker` — activation patching in a transformer: pick a module and a position,
   watch the logits move (``10_transformer_hooks.ipynb``).
 * :data:`MODES` — ``off``, ``observe``, ``zero``, ``scale``, ``scale_grad``.
@@ -23,7 +25,8 @@ from .inplace import InplaceSwitch, inplace_switch
 from .optim import EmaToggle, ema_toggle
 from .panel import HookPanel
 from .patching import PatchPicker, patch_picker
+from .saved import SavedTensorsToggle, saved_tensors_toggle
 from .toggle import HookToggle, hook_toggle
 
-__all__ = ["MODES", "EmaToggle", "HookPanel", "HookToggle", "InplaceSwitch", "close_all", "ema_toggle", "hook_toggle",
-           "inplace_switch", "PatchPicker", "patch_picker"]
+__all__ = ["MODES", "EmaToggle", "HookPanel", "HookToggle", "InplaceSwitch", "PatchPicker", "SavedTensorsToggle",
+           "close_all", "ema_toggle", "hook_toggle", "inplace_switch", "patch_picker", "saved_tensors_toggle"]

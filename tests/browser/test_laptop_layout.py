@@ -64,6 +64,7 @@ STANDINS = {
     "05_inplace_relu_pitfall": "x, y = shapes(32, seed=1)",
     "07_capstone": "model = SmallCNN(seed=0)\nx_test, y_test = shapes(64, seed=1)",
     "08_training_hooks": "import hooktutor",
+    "09_autograd_graph_hooks": "from hooktutor.models import deep_mlp\nx, y = blobs(32, seed=0)",
     "10_transformer_hooks": "from hooktutor.data import corrupt_first, first_token\n"
                             "from hooktutor.models import TinyTransformer\n"
                             "model = TinyTransformer(seed=0)\nclean = first_token(64, seed=1)[0]\n"
@@ -170,7 +171,8 @@ def test_every_lesson_widget_fits_a_laptop_screen_and_every_click_shows(laptop, 
     code_cells = laptop.locator(CURRENT + " .jp-CodeCell")
     for index, (lesson, _) in enumerate(cells):
         widget = code_cells.nth(2 + 2 * index).locator(
-            ".hooktutor-hook-toggle, .hooktutor-inplace-switch, .hooktutor-ema-toggle, .hooktutor-patch-picker")
+            ".hooktutor-hook-toggle, .hooktutor-inplace-switch, .hooktutor-ema-toggle, .hooktutor-saved-toggle, "
+            ".hooktutor-patch-picker")
         expect(widget).to_have_count(1)
         dropdown = widget.locator(".hooktutor-toggle select")  # lesson 10's patch picker: a module to patch
         if dropdown.count():

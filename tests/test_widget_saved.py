@@ -1,0 +1,103 @@
+"""The saved-tensors widget of 09_autograd_graph_hooks ("Try it live"), driven the way a click drives it."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+import hooktutor as ht
+from hooktutor.models import deep_mlp
+from hooktutor.widgets import close_all, saved_tensors_toggle
+from hooktutor.widgets.saved import relative_error, saved_run
+
+
+@pytest.fixture
+def data():
+    return ht.data.blobs(32, seed=0)
+
+
+@pytest.fixture(autouse=True)
+def _close_widgets():
+    yield
+    close_all()
+
+
+def by_hand(model, x, y, *, bfloat16):
+    """The same step with the activations saved per leaf counted by hand: each Linear's input, each ReLU's
+    output (the weights are the model's own and are not counted); in bfloat16 they take half the bytes."""
+    width = 2 if bfloat16 else 4
+    per_layer = {}
+    h = x
+    for name, layer in model.named_children():
+        per_layer[name] = h.numel() * width if isinstance(layer, torch.nn.Linear) else 0
+        h = layer(h)
+        if isinstance(layer, torch.nn.ReLU):
+            per_layer[name] = h.numel() * width
+    return per_layer
+
+
+def test_the_bytes_per_layer_are_the_saved_activations_and_bfloat16_halves_them(data):
+    x, y = data
+    model = deep_mlp(depth=3, width=16, seed=0)
+    for bfloat16 in (False, True):
+        run = saved_run(model, x, y, bfloat16=bfloat16)
+        assert run.per_layer == by_hand(model, x, y, bfloat16=bfloat16)
+
+
+def test_a_click_packs_in_bfloat16_the_forward_stays_and_the_gradients_move_a_little(data):
+    x, y = data
+    toggle = saved_tensors_toggle(deep_mlp(depth=4, width=32, seed=0), x, y)
+    assert toggle.run is toggle.reference and toggle.error == 0.0
+    toggle.value = True
+    assert toggle.run.total * 2 == toggle.reference.total
+    assert torch.equal(toggle.run.output, toggle.reference.output)
+    # bfloat16 keeps 8 bits of mantissa (a relative rounding error up to 2**-9, about 0.2%): the
+    # gradients move by far less than 1% and by far more than float32 rounding (1e-6)
+    assert 1e-5 < toggle.error < 1e-2
+    assert "forward output identical" in toggle.status_text and "bfloat16 on" in toggle.status_text
+    toggle.value = False
+    assert toggle.error == 0.0 and "bfloat16 off" in toggle.status_text
+
+
+def test_every_click_redraws_fast_and_the_model_passed_in_is_never_changed(data):
+    x, y = data
+    model = deep_mlp(depth=4, width=32, seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    toggle = saved_tensors_toggle(model, x, y)
+    first = toggle._view.png
+    start = time.perf_counter()
+    toggle.value = True
+    elapsed = time.perf_counter() - start
+    assert toggle._view.png and toggle._view.png != first
+    assert elapsed < 1.0, f"a click took {elapsed:.2f} s"
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters()) and len(ht.list_hooks(model)) == 0
+    assert len(ht.list_hooks(toggle.model)) == 0  # the per-layer pre-hooks live only during a run
+
+
+def test_recreating_replaces_the_old_one(data):
+    x, y = data
+    old = saved_tensors_toggle(deep_mlp(depth=2, width=8, seed=0), x, y)
+    new = saved_tensors_toggle(deep_mlp(depth=2, width=8, seed=0), x, y)  # the cell run again
+    assert old.closed and not new.closed
+    new.close()
+    new.close()
+    assert new.closed
+
+
+def test_relative_error_and_bad_arguments():
+    a = [torch.tensor([3.0, 4.0])]
+    assert relative_error(a, a) == 0.0
+    assert relative_error([torch.tensor([3.0, 4.5])], a) == pytest.approx(0.1)
+    with pytest.raises(TypeError, match="needs a torch.nn.Module"):
+        saved_tensors_toggle(torch.zeros(2), torch.zeros(2, 8), torch.zeros(2, dtype=torch.long))
+
+
+def test_text_repr_is_short_and_follows_the_state(data):
+    x, y = data
+    toggle = saved_tensors_toggle(deep_mlp(depth=2, width=8, seed=0), x, y)
+    assert repr(toggle) == "SavedTensorsToggle(bfloat16 off, 5 layers)"
+    toggle.value = True
+    assert repr(toggle) == "SavedTensorsToggle(bfloat16 on, 5 layers)"
