@@ -1,8 +1,11 @@
 """Distributed training on one CPU: two processes, the gloo backend, DDP and its hooks.
 
-Taught in ``08_training_hooks.ipynb`` (section 5). A notebook cannot hand a function it
-defined to a process started with ``spawn`` (the new process imports the function by its
-module and name, and a notebook is no module), so the workers live here:
+Taught in ``08_training_hooks.ipynb`` (section 5). On Linux the processes are *forked* from
+this one (:data:`START_METHOD`): they start at once, torch already imported, where a fresh
+Python would spend about two seconds importing torch and the ``torch._dynamo`` that DDP's
+constructor loads. macOS and Windows *spawn* them: the new process imports the function it
+runs by its module and name, and a notebook is no module. So the workers live here, and
+:func:`run` refuses a function defined in a notebook on every system alike:
 
 * :func:`run` starts ``world_size`` processes, each joining one gloo process group on
   localhost (a free port chosen at run time), runs ``worker(rank, world_size, **kwargs)`` in
@@ -44,6 +47,11 @@ from .inventory import list_hooks
 from .models import MLP
 
 TIMEOUT_S = 60.0
+# fork: the new process is a copy of this one (its imports included). Safe here: the parent has
+# no process group and every rank sets one intra-op thread first. DataLoader workers are forked
+# from notebooks the same way. macOS (where forking after some system libraries is unsafe) and
+# Windows (no fork) spawn a fresh interpreter instead.
+START_METHOD = "fork" if sys.platform.startswith("linux") else "spawn"
 
 
 def free_port() -> int:
@@ -55,7 +63,7 @@ def free_port() -> int:
 
 def _entry(rank: int, worker: Callable[..., Any], world_size: int, port: int, out: str,
            kwargs: dict[str, Any]) -> None:
-    """What each spawned process runs: join the group, run the worker, save its result, leave."""
+    """What each started process runs: join the group, run the worker, save its result, leave."""
     torch.set_num_threads(1)  # two processes on a laptop: one thread each
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world_size, timeout=datetime.timedelta(seconds=TIMEOUT_S))
@@ -96,12 +104,13 @@ def run(worker: Callable[..., Any], world_size: int = 2, *, timeout: float = TIM
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
     if getattr(worker, "__module__", "__main__") == "__main__":
         raise ValueError(f"{getattr(worker, '__name__', worker)!r} is defined in the notebook (or script) "
-                         "itself; a spawned process can only run a function it can import from a module")
+                         "itself; a process started with spawn (macOS, Windows) can only run a function it "
+                         "can import from a module, so run() takes only those, on every system")
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="hooktutor-ddp-") as out:
         context = mp.start_processes(_entry, args=(worker, world_size, free_port(), out, kwargs),
-                                     nprocs=world_size, join=False, start_method="spawn")
+                                     nprocs=world_size, join=False, start_method=START_METHOD)
         deadline = time.monotonic() + timeout
         try:
             while not context.join(timeout=0.05):
