@@ -4,8 +4,9 @@
     python benchmarks/widget_latency.py            # 30 timed toggles per widget after 5 warm-up
     python benchmarks/widget_latency.py --quick    # 8 after 2: a rough number while you work
 
-Each widget is built on ``SmallCNN`` with a batch of 32 ``shapes`` images and toggled the way
-a click does it (``toggle.value = ...``, a panel dropdown's ``value = ...``), alternating on
+Each widget of lessons 02-06 is built on ``SmallCNN`` with a batch of 32 ``shapes`` images,
+those of lessons 08-10 on the model and data their lesson uses, and toggled the way
+a click does it (``toggle.value = ...``, a dropdown's ``value = ...``), alternating on
 and off so every toggle really attaches or removes a hook, re-runs the model forward and
 backward and redraws the views. One toggle is timed from setting the value until the
 observer returned, i.e. until the new PNGs and texts sit in the widgets (wall clock, one torch
@@ -76,9 +77,38 @@ def _cases():
         s = inplace_switch(model, x, "features.1", name="bench-inplace")
         return (lambda on: setattr(s, "value", on)), (lambda: s._view.renders), s.close
 
+    def ema():  # lesson 08: a step post-hook, 30 SGD steps of an MLP per click
+        from hooktutor.widgets import ema_toggle
+
+        xs, ys = ht.data.blobs(32, seed=0, spread=2.0)
+        t = ema_toggle(ht.models.MLP(seed=0), xs, ys, steps=30, lr=0.5, decay=0.8, name="bench-ema")
+        return (lambda on: setattr(t, "value", on)), (lambda: t._view.renders), t.close
+
+    def saved():  # lesson 09: the bfloat16 pack/unpack pair around one step of a 9-layer MLP
+        from hooktutor.widgets import saved_tensors_toggle
+
+        xs, ys = ht.data.blobs(32, seed=0)
+        t = saved_tensors_toggle(ht.models.deep_mlp(depth=4, width=64, seed=0), xs, ys, name="bench-saved")
+        return (lambda on: setattr(t, "value", on)), (lambda: t._view.renders), t.close
+
+    def patch():  # lesson 10: one activation patched into the corrupted run of a small transformer
+        from hooktutor.widgets import patch_picker
+
+        clean = ht.data.first_token(64, seed=1)[0]
+        picker = patch_picker(ht.models.TinyTransformer(seed=0), clean, ht.data.corrupt_first(clean, seed=1),
+                              ["embed", "blocks.0", "blocks.1"], name="bench-patch")
+
+        def flip(on: bool) -> None:
+            picker.dropdown.value = "blocks.0" if on else "(no patch)"  # what choosing it on the page does
+
+        return flip, (lambda: picker._view.renders), picker.close
+
     cases = [("hook_toggle, histogram view (zero features.0)", toggle("histogram", "features.0")),
              ("hook_toggle, gradients view (zero features.4)", toggle("gradients", "features.4")),
-             ("inplace_switch (ReLUs in place)", switch)]
+             ("inplace_switch (ReLUs in place)", switch),
+             ("ema_toggle (lesson 08: EMA step post-hook, 30 steps)", ema),
+             ("saved_tensors_toggle (lesson 09: bfloat16 pack hook)", saved),
+             ("patch_picker (lesson 10: patch blocks.0 <-> no patch)", patch)]
     try:
         from hooktutor.widgets import HookPanel
     except ImportError:
@@ -134,7 +164,7 @@ def table(rows: list[tuple[str, float, float]], quick: bool) -> str:
     reads that one), so the title and the goal column carry no number in ms after "median"."""
     n = "8 toggles after 2 warm-up, --quick" if quick else "30 toggles after 5 warm-up"
     width = max(len(r[0]) for r in rows)
-    lines = [f"Widget latency, toggle to updated views (SmallCNN, {BATCH} images, 1 torch thread, {n}; "
+    lines = [f"Widget latency, toggle to updated views (each widget on its lesson's model, 1 torch thread, {n}; "
              f"goal: {GOAL_MS:.0f} ms for the median)"]
     for label, med, p90 in rows:
         lines.append(f"  {label:<{width}}  median {med:6.1f} ms  p90 {p90:6.1f} ms  "
