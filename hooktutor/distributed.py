@@ -77,10 +77,17 @@ def _entry(rank: int, worker: Callable[..., Any], world_size: int, port: int, ou
         dist.barrier()  # leave together: a rank that tears down early can abort the other
     finally:
         dist.destroy_process_group()
-    # Done, and nothing is left to clean up: the result is on disk and the group is gone. A normal
-    # interpreter exit would now tear down every torch module, about 0.8 s per process on a laptop,
-    # which the learner waits for; leave at once instead. (A failure above raises as usual, so
-    # torch.multiprocessing still reports it.)
+    _leave_now()  # a failure above raises as usual instead, so torch.multiprocessing reports it
+
+
+def _leave_now() -> None:
+    """End this rank at once, after its work, its output and the process group are done.
+
+    A normal interpreter exit would now tear down every torch module: about 0.8 s per process
+    on a laptop, which the learner waits for, and under load gloo's threads can make that
+    teardown abort ("terminate called without an active exception", exit code -6), failing a
+    run whose work was complete. Nothing is left to clean up, so skip the teardown.
+    """
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -230,7 +237,8 @@ def main() -> int:
         dist.barrier()
     finally:
         dist.destroy_process_group()
-    return 0
+    _leave_now()
+    return 0  # not reached
 
 
 if __name__ == "__main__":
