@@ -5,7 +5,7 @@ MPLBACKEND set in the shell (or by a library) would make them draw nowhere inste
 inline, and every stored figure would go missing, so it is removed here.
 
 Every notebook is also collected once per CPU profile (``--cpu-profiles``, default
-``avx2,default``; see ``hooktutor/cpu_profiles.py``): the same strict nbval comparison, in a
+``avx2,default``; see ``hooktutor/course/cpu_profiles.py``): the same strict nbval comparison, in a
 kernel started with that profile's environment, so the stored outputs are checked against the
 numbers an older CPU computes. Their test ids read ``notebooks/NN_x.ipynb[cpu=avx2]::Cell 5``.
 """
@@ -21,7 +21,7 @@ os.environ.pop("MPLBACKEND", None)
 
 
 def pytest_addoption(parser):
-    from hooktutor.cpu_profiles import DEFAULT_PROFILES
+    from hooktutor.course.cpu_profiles import DEFAULT_PROFILES
 
     parser.addoption(
         "--cpu-profiles", default=",".join(DEFAULT_PROFILES), metavar="NAMES",
@@ -33,7 +33,7 @@ def pytest_collect_file(file_path, parent):
     option = parent.config.option
     if file_path.suffix != ".ipynb" or not getattr(option, "nbval", False):
         return None
-    from hooktutor.cpu_profiles import parse
+    from hooktutor.course.cpu_profiles import parse
 
     try:
         names = parse(option.cpu_profiles)
@@ -55,7 +55,7 @@ def _classes():
     """The collectors, built on first use so that nbval is imported only when notebooks are."""
     from nbval.plugin import IPyNbFile
 
-    from hooktutor.cpu_profiles import profile_environment
+    from hooktutor.course.cpu_profiles import profile_environment
 
     class ProfiledNotebook(IPyNbFile):
         """nbval's notebook collector, with its kernel started under one CPU profile."""

@@ -23,7 +23,7 @@ the package with its test tools; reinstalled only when pyproject.toml changes), 
 library tests there (`-m "not course_env and not browser"`), executes every notebook in it
 (stored outputs are not compared; each untagged cell must run clean and each cell tagged
 raises-exception must raise the type and message pattern its metadata declares), and runs
-the probes of hooktutor/versions.py. The notebooks are also executed in .venv (the pinned
+the probes of hooktutor/course/claims.py. The notebooks are also executed in .venv (the pinned
 torch). It then writes docs/torch-versions.md and exits non-zero if anything failed or a
 probe contradicts the registry. `--no-tests` skips the library tests; other arguments go to
 pytest.
@@ -42,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 NOTEBOOKS = ROOT / "notebooks"
-WORKBOOK = ROOT / "workbook"  # the learner's copies of the lessons (hooktutor/workbook.py)
+WORKBOOK = ROOT / "workbook"  # the learner's copies of the lessons (hooktutor/course/workbook.py)
 EXTRAS = "lab,test"
 MIN_PYTHON = (3, 10)
 
@@ -275,8 +275,8 @@ def cmd_compat(args: list[str]) -> int:
         python = ensure_env(torch)
         name = torch or f"{pinned_torch()} (pinned, .venv)"
         result = results / f"torch-{torch or 'pinned'}.json"
-        say(f"torch {name}: executing every notebook and the probes of hooktutor/versions.py")
-        failed |= run([python, "-m", "hooktutor.compat", "run", result]) != 0
+        say(f"torch {name}: executing every notebook and the probes of hooktutor/course/claims.py")
+        failed |= run([python, "-m", "hooktutor.course.other_torches", "run", result]) != 0
         if torch and run_tests:
             say(f"torch {name}: the library tests (course-environment and browser tests left out)")
             junit = results / f"tests-{torch}.xml"
@@ -287,7 +287,8 @@ def cmd_compat(args: list[str]) -> int:
             data["tests"], data["test_failures"] = code, failed_tests(junit)
             result.write_text(json.dumps(data, indent=1) + "\n")
         files.append(result)
-    code = run([ensure_env(), "-m", "hooktutor.compat", "report", VERSIONS_DOC, f"--pinned={pinned_torch()}", *files])
+    code = run([ensure_env(), "-m", "hooktutor.course.other_torches", "report", VERSIONS_DOC,
+                f"--pinned={pinned_torch()}", *files])
     failed |= code != 0
     say(f"{'FAILED' if failed else 'all lessons hold'} on torch {', '.join([pinned_torch(), *versions])}; "
         f"see {VERSIONS_DOC.relative_to(ROOT)}")

@@ -18,8 +18,8 @@ from typing import Any
 
 from . import data, models
 from .capture import Recording, RecordNotFound, capture
+from .hookset import HookSet
 from .inventory import HookRow, HookTable, list_hooks, remove_hooks
-from .registry import HookSet
 from .selection import UnknownLayerError, get_layer, select_layers
 from .trace import HookEvent, HookTrace, trace_hooks
 
@@ -31,10 +31,11 @@ __all__ = [
     "select_layers", "trace_hooks", "__version__",
 ]
 
-_LAZY = {"plots", "widgets", "exercises", "doctor"}
+_LAZY = {"plots": ".plots", "widgets": ".widgets", "exercises": ".exercises", "course": ".course",
+         "doctor": ".course.doctor"}
 
 
 def __getattr__(name: str) -> Any:  # load the heavy submodules only when used
     if name in _LAZY:
-        return importlib.import_module(f".{name}", __name__)
+        return importlib.import_module(_LAZY[name], __name__)
     raise AttributeError(f"module 'hooktutor' has no attribute {name!r}")

@@ -7,30 +7,41 @@ import sys
 
 def main(argv: list[str]) -> int:
     usage = ("usage: python -m hooktutor doctor | regen NOTEBOOK... | student OUTDIR | workbook FOLDER\n"
+             "                          | answers [--write] | mutants [KEY...]\n"
              "  doctor   check this environment for the course and say what to fix\n"
              "  regen    execute notebooks top to bottom and store their outputs\n"
              "  student  write the student edition of every lesson into OUTDIR\n"
-             "  workbook write or update a learner's workbook in FOLDER, never overwriting their work")
+             "  workbook write or update a learner's workbook in FOLDER, never overwriting their work\n"
+             "  answers  compare (--write: rewrite) the lessons' answer cells and the instructors' guide\n"
+             "           with the exercise files, their one source\n"
+             "  mutants  mutate every exercise's solution, run each mutant through its check, print the\n"
+             "           kill rate per exercise and the survivors")
     if not argv or argv[0] in {"-h", "--help"}:
         print(usage)
         return 0
     command, rest = argv[0], argv[1:]
     if command == "doctor":
-        from .doctor import main as doctor
+        from .course.doctor import main as doctor
         return doctor(rest)
     if command == "regen":
         if not rest:
             print("regen needs at least one notebook path", file=sys.stderr)
             return 2
-        from .notebook_tools import execute
+        from .course.regen import execute
         for nb in rest:
             execute(nb)
         return 0
     if command == "student":
-        from .student import main as student
+        from .course.student import main as student
         return student(rest)
+    if command == "answers":
+        from .course.answers import main as answers
+        return answers(rest)
+    if command == "mutants":
+        from .course.mutation import main as mutants
+        return mutants(rest)
     if command == "workbook":
-        from .workbook import main as workbook
+        from .course.workbook import main as workbook
         return workbook(rest)
     print(f"unknown command {command!r}\n{usage}", file=sys.stderr)
     return 2

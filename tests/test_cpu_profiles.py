@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from hooktutor.cpu_profiles import CPU_PROFILES, DEFAULT_PROFILES, parse, profile_environment
+from hooktutor.course.cpu_profiles import CPU_PROFILES, DEFAULT_PROFILES, parse, profile_environment
 
 ISA_RANK = {"default": 0, "sse41": 0, "avx2": 1, "avx512": 2}
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from hooktutor import doctor
+from hooktutor.course import doctor
 
 
 @pytest.mark.course_env

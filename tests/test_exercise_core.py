@@ -98,7 +98,7 @@ def test_a_crash_inside_the_check_names_the_cause(ex):
     assert "a .grad that backward() never filled" in report.text
 
 
-def test_hidden_cases_run_only_when_asked(ex):
+def test_cases_kept_for_grading_run_unless_the_instructor_holds_them_back(ex, monkeypatch):
     calls = []
 
     def stateful(m, _seen=[]):                   # noqa: B006 - the mistake on purpose
@@ -108,9 +108,15 @@ def test_hidden_cases_run_only_when_asked(ex):
         return m.lin.weight.grad * len(_seen) if len(_seen) > 2 else m.lin.weight.grad
 
     ex.cases = ex.cases[:1]
-    assert ex.check(stateful).passed
-    report = ex.check(stateful, hidden=True)
+    assert ex.check(stateful, hidden=False).passed
+    report = ex.check(stateful)
     assert not report.passed and "no state between calls" in report.text
+    assert "kept for grading" in report.text and "asked twice in a row" not in report.text
+    monkeypatch.setenv(core.HOLD_BACK_ENV, "on")
+    stateful.__defaults__[0].clear()
+    assert ex.check(stateful).passed
+    stateful.__defaults__[0].clear()
+    assert not ex.check(stateful, hidden=True).passed
 
 
 def test_solutions_switched_off_for_a_graded_class(ex, monkeypatch):

@@ -32,6 +32,7 @@ def test_solution_passes_quickly_and_leaves_no_hooks(key):
 def test_each_exercise_has_hints_solution_three_wrong_answers_and_a_hidden_case(key):
     ex = EXERCISES[key]
     assert len(ex.cases) >= 2, "at least two cases"
+    assert ex.hints[-1] and "ex.solution()" not in repr(ex.hint(len(ex.hints)))
     assert len(ex.hints) >= 2, "at least two hints"
     assert len(ex.wrong_answers) >= 3, "at least three typical wrong answers, proved rejected"
     assert ex.hidden_cases, "at least one hidden case, for nbgrader's hidden tests"
@@ -52,12 +53,19 @@ HIDDEN_WRONG = [(key, label, fn, mentions) for key, ex in EXERCISES.items()
 
 
 @pytest.mark.parametrize("key, label, fn, mentions", HIDDEN_WRONG, ids=[f"{k}: {lbl}" for k, lbl, _, _ in HIDDEN_WRONG])
-def test_hidden_wrong_answer_passes_the_visible_cases_and_fails_the_hidden_ones(key, label, fn, mentions):
+def test_hidden_wrong_answer_passes_the_visible_cases_and_fails_the_hidden_ones(key, label, fn, mentions, monkeypatch):
     ex = EXERCISES[key]
-    assert ex.check(fn).passed, f"{key}: '{label}' should pass the visible cases (that is its point)"
-    report = ex.check(fn, hidden=True)
-    assert not report.passed, f"{key}: the hidden cases accepted '{label}'"
+    assert ex.check(fn, hidden=False).passed, f"{key}: '{label}' should pass the visible cases (that is its point)"
+    report = ex.check(fn)   # a learner's check runs the cases kept for grading too
+    assert not report.passed, f"{key}: the cases kept for grading accepted '{label}'"
     assert mentions in report.text, f"{key}: the report for '{label}' should mention {mentions!r}:\n{report.text}"
+    bad = report.failure
+    assert bad.kept_for_grading and "kept for grading" in report.text
+    assert bad.description not in report.text, "a case kept for grading is never shown"
+    assert "expected:" not in repr(report) and "got:" not in repr(report)
+    # the instructor's switch for a graded class holds those cases back until autograde
+    monkeypatch.setenv("HOOKTUTOR_HOLD_BACK", "on")
+    assert ex.check(fn).passed and not ex.check(fn, hidden=True).passed
 
 
 @pytest.mark.parametrize("key, label, fn, mentions", WRONG, ids=[f"{k}: {lbl}" for k, lbl, _, _ in WRONG])
@@ -150,7 +158,7 @@ def test_a_pytorch_hook_added_by_the_answer_is_no_leak_and_stays_but_a_user_hook
 
     report = ex.check(prunes_then_counts)
     assert report.passed, repr(report)
-    assert len(pruned) == len(ex.cases)   # every visible case ran, each on its own layer
+    assert len(pruned) == len(ex.cases) + len(ex.hidden_cases)   # every case ran, each on its own layer
     for layer in pruned:
         (row,) = ht.list_hooks(layer)
         assert (row.kind, row.owner, row.mechanism) == ("forward_pre", "pytorch", "prune")

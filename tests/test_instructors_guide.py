@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hooktutor import student
+from hooktutor.course import student
 from hooktutor.exercises import LESSON_MODULES, load_all, load_predictions
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hooktutor import student
+from hooktutor.course import student
 from hooktutor.exercises import load_all
 
 pytestmark = pytest.mark.course_env
@@ -53,7 +53,7 @@ def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_editio
         shutil.copy(notebook, folder / f"{lesson}.ipynb")
     # an answer that passes every check the learner can run, and only the hidden tests catch
     ex = load_all()["start_here.count_calls"]
-    assert ex.check(VISIBLE_ONLY_ANSWER).passed and not ex.check(VISIBLE_ONLY_ANSWER, hidden=True).passed
+    assert ex.check(VISIBLE_ONLY_ANSWER, hidden=False).passed and not ex.check(VISIBLE_ONLY_ANSWER).passed
     tuned = nbformat.read(release, as_version=4)
     answers = {student._answer_name(c.source, "release"): c for c in tuned.cells
                if "solution" in c.metadata.get("tags", [])}

@@ -101,7 +101,7 @@ def test_ignored_outputs_are_rare(path):
 def test_intended_errors_declare_their_type_and_stable_message(path):
     """An error a cell shows on purpose is checked by its type and the stable part of its meaning, so that
     `python3 course.py compat` can tell it from a real failure on a torch that words it differently."""
-    from hooktutor.compat import error_problem, expected_error
+    from hooktutor.course.other_torches import error_problem, expected_error
 
     for c in load(path).cells:
         if c.cell_type != "code":
@@ -117,14 +117,14 @@ def test_intended_errors_declare_their_type_and_stable_message(path):
 
 
 def test_version_dependent_claims_are_marked_and_checked_in_their_lessons():
-    """Each behaviour in hooktutor/versions.py: its lessons say since which torch, and key a check on it."""
-    from hooktutor import versions
+    """Each behaviour in hooktutor/course/claims.py: its lessons say since which torch, and key a check on it."""
+    from hooktutor.course import claims
 
     texts = {p.stem: load(p) for p in NOTEBOOKS}
     used = {m for nb in texts.values() for c in nb.cells if c.cell_type == "code"
             for m in re.findall(r"versions\.expected\(\"([\w-]+)\"\)", c.source)}
-    assert used <= set(versions.CLAIMS), f"unregistered claims: {used - set(versions.CLAIMS)}"
-    for claim in versions.CLAIMS.values():
+    assert used <= set(claims.CLAIMS), f"unregistered claims: {used - set(claims.CLAIMS)}"
+    for claim in claims.CLAIMS.values():
         major_minor = ".".join(claim.since.split(".")[:2])
         for lesson in claim.lessons:
             assert lesson in texts, f"{claim.id}: no notebook {lesson}"
@@ -132,8 +132,8 @@ def test_version_dependent_claims_are_marked_and_checked_in_their_lessons():
             continue
         for lesson in claim.lessons:
             cells = texts[lesson].cells
-            assert any(f'versions.expected("{claim.id}")' in c.source for c in cells if c.cell_type == "code"), \
-                f"{lesson}: no cell checks {claim.id} through versions.expected"
+            assert any(f'claims.expected("{claim.id}")' in c.source for c in cells if c.cell_type == "code"), \
+                f"{lesson}: no cell checks {claim.id} through claims.expected"
             assert any(re.search(rf"(since|before) (torch )?{re.escape(major_minor)}\b", c.source) for c in cells), \
                 f"{lesson}: does not say 'since torch {major_minor}' for {claim.id}"
 

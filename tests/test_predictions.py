@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hooktutor import student
+from hooktutor.course import student
 from hooktutor.exercises import LESSON_MODULES, load_predictions
 from hooktutor.exercises.predict import Prediction
 

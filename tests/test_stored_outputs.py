@@ -3,7 +3,7 @@
 A traceback in a ``raises-exception`` cell lists the files of its frames, the doctor's report
 names the Python it runs: stored as they came, they would show the author's checkout and virtual
 environment to every learner (and differ on every machine). ``regen`` stores them relative to the
-checkout or the environment (``hooktutor/notebook_tools.py``).
+checkout or the environment (``hooktutor/course/regen.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hooktutor.notebook_tools import absolute_paths, normalise, output_texts
+from hooktutor.course.regen import absolute_paths, normalise, output_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))

@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from hooktutor import student
+from hooktutor.course import student
 
 pytestmark = pytest.mark.course_env
 

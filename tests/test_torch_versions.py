@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hooktutor import compat, versions
+from hooktutor.course import claims, other_torches
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "torch-versions.md"
@@ -25,23 +25,23 @@ def course_module():
     return module
 
 
-@pytest.mark.parametrize("claim_id", list(versions.CLAIMS))
+@pytest.mark.parametrize("claim_id", list(claims.CLAIMS))
 def test_each_probe_agrees_with_the_registry_on_this_torch(claim_id):
-    assert versions.check(claim_id) == versions.expected(claim_id)
+    assert claims.check(claim_id) == claims.expected(claim_id)
 
 
 def test_expected_keys_on_the_first_release_with_the_new_behaviour():
-    claim = versions.CLAIMS["full-hook-no-input-warning"]
-    assert versions.expected(claim.id, claim.since) is True
-    assert versions.expected(claim.id, "2.7.1") is False
-    assert versions.expected(claim.id, "2.8.0+cu128") is True
-    assert versions.version_tuple("2.13.0+cpu") == (2, 13, 0) and versions.version_tuple("2.15") == (2, 15, 0)
+    claim = claims.CLAIMS["full-hook-no-input-warning"]
+    assert claims.expected(claim.id, claim.since) is True
+    assert claims.expected(claim.id, "2.7.1") is False
+    assert claims.expected(claim.id, "2.8.0+cu128") is True
+    assert claims.version_tuple("2.13.0+cpu") == (2, 13, 0) and claims.version_tuple("2.15") == (2, 15, 0)
     with pytest.raises(KeyError, match="not a registered claim"):
-        versions.expected("no-such-claim")
+        claims.expected("no-such-claim")
 
 
 def test_every_claim_is_complete():
-    for c in versions.CLAIMS.values():
+    for c in claims.CLAIMS.values():
         assert c.kind in {"behaviour", "wording"} and c.lessons and c.before and c.after and c.evidence
         assert re.fullmatch(r"\d+\.\d+\.\d+", c.since), c.since
 
@@ -49,11 +49,11 @@ def test_every_claim_is_complete():
 def test_error_problem_checks_type_and_pattern_only():
     spec = {"type": "RuntimeError", "match": r"is a view and is being modified inplace"}
     old = "Output 0 of BackwardHookFunctionBackward is a view and is being modified inplace. This view ..."
-    assert compat.error_problem(spec, "RuntimeError", old) is None
-    assert "raised nothing" in compat.error_problem(spec, None, None)
-    assert "but raised TypeError" in compat.error_problem(spec, "TypeError", old)
-    assert "does not match" in compat.error_problem(spec, "RuntimeError", "something else")
-    assert "declares no" in compat.error_problem(None, "RuntimeError", old)
+    assert other_torches.error_problem(spec, "RuntimeError", old) is None
+    assert "raised nothing" in other_torches.error_problem(spec, None, None)
+    assert "but raised TypeError" in other_torches.error_problem(spec, "TypeError", old)
+    assert "does not match" in other_torches.error_problem(spec, "RuntimeError", "something else")
+    assert "declares no" in other_torches.error_problem(None, "RuntimeError", old)
 
 
 def test_the_report_exists_says_it_is_generated_and_names_every_claim_and_release():
@@ -62,7 +62,7 @@ def test_the_report_exists_says_it_is_generated_and_names_every_claim_and_releas
     course = course_module()
     for release in [course.pinned_torch(), *course.COMPAT_TORCH]:
         assert re.search(rf"torch {re.escape(release)}\b", text), f"{release} is not in {DOC.name}"
-    for claim in versions.CLAIMS.values():
+    for claim in claims.CLAIMS.values():
         assert f"### `{claim.id}` (since torch {claim.since})" in text, f"{claim.id}: run python3 course.py compat"
     lessons = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
     assert re.findall(r"^\| `(\d\d_\w+)` \|", text, flags=re.M) == lessons

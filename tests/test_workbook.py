@@ -1,4 +1,4 @@
-"""The learner's workbook (hooktutor/workbook.py): what ``python3 course.py lab`` opens.
+"""The learner's workbook (hooktutor/course/workbook.py): what ``python3 course.py lab`` opens.
 
 A learner studying alone gets every lesson with its exercises blank; a ``git pull`` that
 changes a lesson updates the copies they have not touched and never one they worked in.
@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hooktutor import workbook
+from hooktutor.course import workbook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"

@@ -37,6 +37,7 @@ from torch import nn
 from ..inventory import global_hook_ids, list_hooks, remove_global_hooks, remove_row
 
 TIME_LIMIT_S = 2.0
+BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 REGISTRY: dict[str, "Exercise"] = {}
 
 # The instructor's switch for a graded class: with HOOKTUTOR_SOLUTIONS=off in the kernel's
@@ -49,6 +50,19 @@ _OFF = {"off", "0", "no", "false", "hidden"}
 def solutions_available() -> bool:
     """False when the instructor switched solutions off (``HOOKTUTOR_SOLUTIONS=off``)."""
     return os.environ.get(SOLUTIONS_ENV, "on").strip().lower() not in _OFF
+
+
+# The instructor's other switch: with HOOKTUTOR_HOLD_BACK=on, check() runs only the visible cases
+# and keeps the others for nbgrader's autograde (grade(answer, hidden=True)), so a graded answer
+# meets cases the learner's check never ran. Off by default: a learner studying alone gets every
+# case, and is never told "correct" for an answer the package can prove wrong.
+HOLD_BACK_ENV = "HOOKTUTOR_HOLD_BACK"
+_ON = {"on", "1", "yes", "true"}
+
+
+def cases_held_back() -> bool:
+    """True when the instructor keeps the grading cases from ``check()`` (``HOOKTUTOR_HOLD_BACK=on``)."""
+    return os.environ.get(HOLD_BACK_ENV, "off").strip().lower() in _ON
 
 
 class SolutionsOff(PermissionError):
@@ -146,8 +160,9 @@ class Tester:
 @dataclass
 class CaseResult:
     description: str
-    status: str  # "pass", "mismatch", "error", "unfinished", "timeout", "leak"
+    status: str  # "pass", "mismatch", "error", "unusable", "unfinished", "timeout", "leak"
     detail: dict[str, str] = field(default_factory=dict)
+    kept_for_grading: bool = False   # a case the nbgrader course keeps hidden: never shown
 
 
 class CheckReport:
@@ -197,15 +212,19 @@ class CheckReport:
             "leak": "left a hook attached",
         }[bad.status]
         lines.append(("title", f"✘ {ex.title}: your answer {headline} (check {index} of {n})."))
-        lines.append(("case", bad.description))
-        for key in ("checked", "expected", "got", "error", "why"):
+        if bad.kept_for_grading:
+            # what kind of mistake, never the case itself: the graded course keeps it hidden
+            lines.append(("case", "one of the cases kept for grading (its details are not shown)"))
+            shown_keys: tuple[str, ...] = ("error", "why")
+        else:
+            lines.append(("case", bad.description))
+            shown_keys = ("checked", "expected", "got", "error", "why")
+        for key in shown_keys:
             if key in bad.detail:
                 lines.append((key, bad.detail[key]))
         if self.note:
             lines.append(("also", self.note))
-        name = f"ex.{ex.key.rsplit('.', 1)[-1]}"
-        shown = f", {name}.solution() shows a solution" if solutions_available() else ""
-        lines.append(("next", f"fix your answer and run the check again; {name}.hint() gives a hint{shown}"))
+        lines.append(("next", f"fix your answer and run the check again; {next_steps(ex)}"))
         return lines
 
     def __repr__(self) -> str:
@@ -229,6 +248,18 @@ class CheckReport:
                             f"{html.escape(text)}</div>")
         return (f"<div class='hooktutor-check' style='border-left:4px solid {color};padding:4px 8px'>"
                 + "".join(rows) + "</div>")
+
+
+def command_name(exercise: "Exercise") -> str:
+    """How a lesson names the exercise: ``ex.count_calls`` (the one source for the commands that
+    hints and reports tell the learner to type)."""
+    return f"ex.{exercise.key.rsplit('.', 1)[-1]}"
+
+
+def next_steps(exercise: "Exercise") -> str:
+    name = command_name(exercise)
+    shown = f", {name}.solution() shows a solution" if solutions_available() else ""
+    return f"{name}.hint() gives a hint{shown}"
 
 
 class _Text:
@@ -356,10 +387,16 @@ class Exercise:
 
     def __init__(self, key: str, title: str, *, task: str, hints: list[str], solution: Callable,
                  time_limit: float = TIME_LIMIT_S, errors: dict[str, str] | None = None,
-                 answer_name: str | None = None):
+                 answer_name: str | None = None, guide: str = "",
+                 equivalent_mutants: dict[str, str] | None = None):
         if key in self.registry:
             raise ValueError(f"an exercise called {key!r} exists already")
         self.key, self.title, self.task = key, title, task
+        # the instructors' guide entry: the mistakes learners make here (docs/instructors.md is
+        # generated from it) and the mutants of the solution that are equivalent to it, each with
+        # the reason (hooktutor.course.mutation; a test keeps the list exact)
+        self.guide = " ".join(guide.split())
+        self.equivalent_mutants = dict(equivalent_mutants or {})
         self.hints = list(hints)
         self._solution = solution
         self.time_limit = time_limit
@@ -376,9 +413,10 @@ class Exercise:
     def case(self, description: str, *, hidden: bool = False) -> Callable[[Case], Case]:
         """Decorator: register ``fn(answer, tester)`` as a case the learner does not see.
 
-        ``hidden=True`` keeps it out of :meth:`check` too: only ``grade(answer, hidden=True)``
-        runs it, which is what the hidden tests of the nbgrader course call at autograde, so a
-        graded answer meets cases the student edition never showed."""
+        ``hidden=True``: a case kept for grading. :meth:`check` runs it like the others, but a
+        failure there says what kind of mistake was found without showing the case; with the
+        instructor's switch ``HOOKTUTOR_HOLD_BACK=on`` only ``grade(answer, hidden=True)`` (the
+        hidden tests of the nbgrader course, at autograde) runs it."""
         def register(fn: Case) -> Case:
             (self.hidden_cases if hidden else self.cases).append((description, fn))
             return fn
@@ -387,8 +425,8 @@ class Exercise:
     def wrong(self, label: str, mentions: str, *, hidden: bool = False) -> Callable[[Callable], Callable]:
         """Decorator: a typical wrong answer; its report must fail and contain ``mentions``.
 
-        ``hidden=True``: a wrong answer that passes the visible cases and that only the hidden
-        ones (``check(answer, hidden=True)``, nbgrader's autograde) reject."""
+        ``hidden=True``: a wrong answer that passes the visible cases and that only the cases kept
+        for grading reject (``check(answer)`` runs those too, unless they are held back)."""
         def register(fn: Callable) -> Callable:
             (self.hidden_wrong_answers if hidden else self.wrong_answers).append((label, fn, mentions))
             return fn
@@ -403,9 +441,13 @@ class Exercise:
         return self._solution
 
     # -- for the learner -----------------------------------------------------------------
-    def check(self, answer: Any, *, hidden: bool = False) -> CheckReport:
-        """Run ``answer`` against every case and report what went right or wrong
-        (``hidden=True``: the cases kept for grading too)."""
+    def check(self, answer: Any, *, hidden: bool | None = None) -> CheckReport:
+        """Run ``answer`` against every case and report what went right or wrong.
+
+        The cases kept for grading run too, unless the instructor holds them back
+        (``HOOKTUTOR_HOLD_BACK=on``); ``hidden=True`` / ``False`` forces them in or out."""
+        if hidden is None:
+            hidden = not cases_held_back()
         if answer is None or not callable(answer):
             got = "None" if answer is None else f"a {type(answer).__name__}"
             return CheckReport(self, [], note=(
@@ -416,8 +458,11 @@ class Exercise:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the cases are tiny: one thread is fastest and steadiest
         try:
-            for description, case in self.cases + (self.hidden_cases if hidden else []):
+            todo = [(d, c, False) for d, c in self.cases]
+            todo += [(d, c, True) for d, c in self.hidden_cases] if hidden else []
+            for description, case, kept in todo:
                 result = self._run_case(description, case, answer)
+                result.kept_for_grading = kept
                 results.append(result)
                 if result.status != "pass":
                     break
@@ -431,7 +476,7 @@ class Exercise:
                     "model in the notebook. Remove them with handle.remove() (it has been done for you).")
         return CheckReport(self, results, note)
 
-    def grade(self, answer: Any, *, hidden: bool = False) -> None:
+    def grade(self, answer: Any, *, hidden: bool | None = None) -> None:
         """Show the same report as :meth:`check`, and fail the cell unless the answer passes.
 
         The student edition's check cells call this, so nbgrader can score them: an unfinished
@@ -497,8 +542,8 @@ class Exercise:
             self._next_hint = min(self._next_hint + 1, len(self.hints))
         if not 1 <= number <= len(self.hints):
             return _Text(f"{self.title} has hints 1 to {len(self.hints)}; there is no hint {number}.")
-        last = "that was the last hint; ex.solution() shows a solution" if solutions_available() \
-            else "that was the last hint"
+        last = f"that was the last hint; {command_name(self)}.solution() shows a solution" \
+            if solutions_available() else "that was the last hint"
         more = f" ({last})" if number == len(self.hints) else ""
         return _Text(f"Hint {number} of {len(self.hints)} for {self.title}: {self.hints[number - 1]}{more}",
                      "hooktutor-hint")
@@ -507,14 +552,21 @@ class Exercise:
         """A solution, shown only when asked for (and not at all while the instructor has
         switched solutions off: ``HOOKTUTOR_SOLUTIONS=off``; the hints stay)."""
         if not solutions_available():
-            name = f"ex.{self.key.rsplit('.', 1)[-1]}"
+            name = command_name(self)
             return _Text(f"{self.title}: solutions are switched off for this course by your instructor. "
                          f"{name}.hint() gives the hints, and {name}.check(your_function) says what is "
                          "still wrong.", "hooktutor-hint")
+        source = "\n".join(line for line in self.answer_source().splitlines()
+                            if line.strip() not in (BEGIN_SOLUTION, END_SOLUTION))
+        return _Text(f"# A solution to {self.title}\n{source}", "hooktutor-solution")
+
+    def answer_source(self) -> str:
+        """The instructor's answer cell, exactly: the solution's source in its exercise file,
+        with its ``### BEGIN SOLUTION`` / ``### END SOLUTION`` markers (hooktutor.course.answers
+        writes it into the notebook; the student edition stubs what lies between them)."""
         source = textwrap.dedent(inspect.getsource(self._solution)).strip()
         source = source.replace(f"def {self._solution.__name__}(", f"def {self.answer_name}(", 1)
-        source = source.replace(f"class {self._solution.__name__}:", f"class {self.answer_name}:", 1)
-        return _Text(f"# A solution to {self.title}\n{source}", "hooktutor-solution")
+        return source.replace(f"class {self._solution.__name__}:", f"class {self.answer_name}:", 1)
 
     def __repr__(self) -> str:
         return (f"Exercise {self.title!r}: {self.task}\n"

@@ -29,6 +29,30 @@ dimensions that apply to it in its ``DIMENSIONS`` comment and uses the builders 
     backward) and :class:`GradWitness` (a parameter's ``.grad`` was accumulated by
     ``backward()``, not assigned by hand): they prove the technique asked for was used.
 
+The dimensions below came from the survivors of mutation testing (``hooktutor.course.mutation``):
+each is a way a mutant of a solution, or a learner, got through a check that lacked it.
+
+``dtype``
+    :func:`in_dtype`: the model and its input in float64 (or bfloat16), so an answer that
+    builds float32 tensors of its own, or compares with a float32 constant, is caught.
+``alias``
+    :class:`Residual`: a layer's output also feeds a residual that is added *in place* after
+    the layer ran, so a stored bare reference (or ``detach()``) changes under the answer, and a
+    hook that edits its output in place changes the residual branch too.
+``detached``
+    :func:`expect_detached`: a stored tensor must not hold the autograd graph (no ``grad_fn``,
+    no ``requires_grad``): keeping it keeps every activation of the step alive.
+``reattach``
+    :func:`hook_count`: the hooks on a module, a tensor or an optimizer, to prove that calling
+    the answer twice on the same object does not stack a second hook (or removes the first).
+``order``
+    :class:`Reordered` (modules defined in another order than they run) and :func:`freeze`
+    (some parameters frozen), so an answer that follows ``named_modules()`` or assumes every
+    parameter trains is caught.
+``left_as_found``
+    :class:`LeftAsFound`: train/eval mode of every module, ``requires_grad`` of every
+    parameter, the grad mode, and the hooks of an optimizer are as they were after the answer.
+
 Every builder takes a ``seed`` and leaves the global random state alone; every model is
 tiny (a few dozen weights), so a check built from them stays far under its time budget.
 
@@ -46,14 +70,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..inventory import hook_ids
+from ..inventory import hook_ids, list_hooks
 from ..models import seeded
 
-DIMENSIONS: list[str] = ["nested", "twice", "raises", "nd", "inplace_after", "repeat", "technique"]
+DIMENSIONS: list[str] = ["nested", "twice", "raises", "nd", "inplace_after", "repeat", "technique",
+                         "dtype", "alias", "detached", "reattach", "order", "left_as_found"]
 
 __all__ = [
     "DIMENSIONS", "KitError", "Nested", "Twice", "Raising", "InplaceAfter", "conv_model", "conv_input", "randn",
     "scribble", "call_expecting_kit_error", "HookWitness", "TensorHookWitness", "GradWitness",
+    "in_dtype", "Residual", "expect_detached", "hook_count", "Reordered", "freeze", "LeftAsFound",
 ]
 
 
@@ -387,3 +413,124 @@ class GradWitness(_Witness):
 
     def _attach(self, name: str, item: Any) -> Any:
         return item.register_post_accumulate_grad_hook(self._probe(name))
+
+
+# -- dtype ----------------------------------------------------------------------------------
+
+def in_dtype(model: nn.Module, *inputs: torch.Tensor, dtype: torch.dtype = torch.float64) -> tuple:
+    """``model`` converted to ``dtype`` in place, and ``inputs`` converted: ``(model, *inputs)``."""
+    model.to(dtype)
+    return (model, *(x.to(dtype) for x in inputs))
+
+
+# -- alias ----------------------------------------------------------------------------------
+
+class Residual(nn.Module):
+    """``out = body(fc(x)); out += fc(x)``: the output of ``body`` is changed in place after its
+    hooks ran, and the output of ``fc`` feeds two branches (``body`` and the residual)."""
+
+    def __init__(self, seed: int = 0, width: int = 4) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.fc = nn.Linear(width, width)
+            self.body = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        out = self.body(h)
+        out += h
+        return out
+
+    def outputs(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What ``fc`` and ``body`` returned when they ran (``body``'s before the in-place add)."""
+        with torch.no_grad():
+            h = self.fc(x)
+            return {"fc": h.clone(), "body": self.body(h).clone()}
+
+
+# -- detached -------------------------------------------------------------------------------
+
+def expect_detached(t: Any, value: torch.Tensor, *, what: str) -> None:
+    """``value`` must hold no autograd graph: what a recorder keeps must not keep the step alive."""
+    if isinstance(value, torch.Tensor) and (value.requires_grad or value.grad_fn is not None):
+        t.expect(False, what=what, expected="a tensor without autograd history", got=(
+            f"a tensor with grad_fn={type(value.grad_fn).__name__}" if value.grad_fn is not None
+            else "a tensor that requires grad"), nudge=(
+            "what you keep still holds the autograd graph (and every activation it saved): store "
+            "tensor.detach().clone(), or compute the value under torch.no_grad()"))
+
+
+# -- reattach -------------------------------------------------------------------------------
+
+def hook_count(obj: Any) -> int:
+    """How many hooks sit on ``obj``: a module (with its submodules and parameters), a tensor,
+    or an optimizer (global hooks not counted)."""
+    if isinstance(obj, (nn.Module, torch.optim.Optimizer)):
+        return len(list_hooks(obj, include_global=False))
+    if isinstance(obj, torch.Tensor):
+        return len(hook_ids(obj, "tensor")) + len(hook_ids(obj, "post_accumulate"))
+    raise TypeError(f"hook_count() counts the hooks of a module, a tensor or an optimizer, not a {type(obj).__name__}")
+
+
+# -- order ----------------------------------------------------------------------------------
+
+class Reordered(nn.Module):
+    """Defines ``head``, ``mid``, ``stem`` in that order but runs ``stem`` first: the order of
+    ``named_modules()`` is not the order of the forward (nor, reversed, of the backward)."""
+
+    def __init__(self, seed: int = 0, inputs: int = 8, width: int = 16) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.head = nn.Linear(width, 1)
+            self.mid = nn.Linear(width, width)
+            self.stem = nn.Linear(inputs, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.sigmoid(self.mid(torch.sigmoid(self.stem(x)))))
+
+
+def freeze(model: nn.Module, *names: str) -> nn.Module:
+    """``requires_grad=False`` for the parameters of the submodules (or parameters) named."""
+    for name in names:
+        target = model.get_submodule(name) if name in dict(model.named_modules()) else model.get_parameter(name)
+        for p in target.parameters() if isinstance(target, nn.Module) else [target]:
+            p.requires_grad_(False)
+    return model
+
+
+# -- left_as_found --------------------------------------------------------------------------
+
+class LeftAsFound:
+    """Around the answer: ``with LeftAsFound(t, model, optimizer=opt): answer(...)`` fails the
+    case when the answer leaves a module in another train/eval mode, a parameter with another
+    ``requires_grad``, the grad mode switched, or another number of hooks on the optimizer."""
+
+    def __init__(self, t: Any, model: nn.Module, *, optimizer: torch.optim.Optimizer | None = None,
+                 name: str = "the model") -> None:
+        self.t, self.model, self.optimizer, self.name = t, model, optimizer, name
+
+    def _state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {f"{n or 'the model'}.training": m.training for n, m in self.model.named_modules()}
+        state.update({f"{n}.requires_grad": p.requires_grad for n, p in self.model.named_parameters()})
+        state["torch.is_grad_enabled()"] = torch.is_grad_enabled()
+        if self.optimizer is not None:
+            state["hooks on the optimizer"] = hook_count(self.optimizer)
+        return state
+
+    def __enter__(self) -> LeftAsFound:
+        self.before = self._state()
+        return self
+
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        if kind is not None:
+            return
+        after = self._state()
+        changed = [k for k in self.before if after.get(k) != self.before[k]]
+        if changed:
+            first = changed[0]
+            self.t.expect(False, what=f"{first} after your answer ran on {self.name}", expected=self.before[first],
+                          got=after[first], nudge=(
+                              "leave what you were given as you found it: restore train()/eval(), "
+                              "requires_grad and the grad mode you changed (in a finally: block), and "
+                              "remove the hooks you put on the optimizer"))
+

@@ -31,6 +31,8 @@ one; docs/authoring.md ("Predict, then run") says how to add one. Taught in ever
 
 from __future__ import annotations
 
+import inspect
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -117,9 +119,14 @@ class Prediction(Exercise):
 
     def __init__(self, key: str, title: str, *, task: str, hints: list[str], observe: Callable[[], Any],
                  explain: Mapping[str, str], summary: str, answer_name: str,
-                 choices: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None):
-        super().__init__(key, title, task=task, hints=hints, solution=observe, answer_name=answer_name)
+                 choices: Sequence[Any] | Mapping[str, Sequence[Any]] | None = None,
+                 answer: Callable[[], Any] | None = None, guide: str = ""):
+        super().__init__(key, title, task=task, hints=hints, solution=observe, answer_name=answer_name,
+                         guide=guide)
         self.observe = observe
+        # the instructor's answer cell (the right prediction, between solution markers); a test
+        # holds it equal to what observe() finds on the installed torch
+        self.answer = answer
         self.explain = dict(explain)
         self.summary = summary
         self.choices = choices
@@ -145,6 +152,13 @@ class Prediction(Exercise):
                      f"def {self.answer_name}():\n    return {_show(self.observe())}\n# {self.summary}\n"
                      f"# {name}.check({self.answer_name}) explains any difference from your prediction",
                      "hooktutor-solution")
+
+    def answer_source(self) -> str:
+        """The instructor's answer cell: the source of ``answer`` in the prediction's file."""
+        if self.answer is None:
+            raise ValueError(f"{self.key} has no answer function to write into the notebook")
+        source = textwrap.dedent(inspect.getsource(self.answer)).strip()
+        return source.replace(f"def {self.answer.__name__}(", f"def {self.answer_name}(", 1)
 
     # -- the check --------------------------------------------------------------------------
     def _allowed(self, key: str | None) -> list[Any] | None:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..registry import HookSet
+from ..hookset import HookSet
 
 # One live widget per name: creating a widget under a name that is in use (the cell that
 # made it was run again) closes the old one first, so its hooks never pile up.

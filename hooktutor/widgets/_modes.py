@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..registry import HookSet
+from ..hookset import HookSet
 
 MODES: tuple[str, ...] = ("off", "observe", "zero", "scale", "scale_grad")
 

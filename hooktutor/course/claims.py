@@ -6,12 +6,12 @@ once: what the behaviour was before, what it is since, the first release that ha
 one, and a probe that tells which of the two the installed torch shows. A lesson cell
 keys its expectation on the installed version and asserts the behaviour it sees::
 
-    from hooktutor import versions
+    from hooktutor.course import claims
     if versions.expected("legacy-hook-future-warning"):   # since torch 2.4
         ...
 
 ``python3 course.py compat`` runs every probe on each tested torch and fails when a probe
-contradicts the registry; ``python -m hooktutor.versions`` prints them for this torch.
+contradicts the registry; ``python -m hooktutor.course.claims`` prints them for this torch.
 """
 
 from __future__ import annotations
@@ -358,7 +358,7 @@ def check(claim_id: str) -> bool:
     seen, want = observed(claim_id), expected(claim_id)
     assert seen == want, (
         f"torch {installed()}: {claim_id} shows the {'new' if seen else 'old'} behaviour, but the registry "
-        f"says it starts in {claim(claim_id).since}; fix hooktutor/versions.py")
+        f"says it starts in {claim(claim_id).since}; fix hooktutor/course/claims.py")
     return seen
 
 

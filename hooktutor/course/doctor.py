@@ -36,7 +36,7 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 def constraints_file() -> Path | None:
     """requirements/constraints.txt of the course checkout this package was installed from."""
-    candidate = Path(__file__).resolve().parent.parent / "requirements" / "constraints.txt"
+    candidate = Path(__file__).resolve().parents[2] / "requirements" / "constraints.txt"
     return candidate if candidate.exists() else None
 
 

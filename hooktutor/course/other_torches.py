@@ -15,8 +15,8 @@ stored is compared. Instead each notebook is executed in a fresh kernel and
 
 Cells whose text output differs from the stored one are listed (drift), not failed.
 
-    python -m hooktutor.compat run RESULT.json [NOTEBOOK...]   # in the environment to test
-    python -m hooktutor.compat report OUT.md RESULT.json...     # the table, from every result
+    python -m hooktutor.course.other_torches run RESULT.json [NOTEBOOK...]   # in the environment to test
+    python -m hooktutor.course.other_torches report OUT.md RESULT.json...     # the table, from every result
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 TEXT_TYPES = ("text/plain", "text/html", "text/latex", "text/markdown")
 
@@ -135,7 +135,7 @@ def run(result_file: Path, paths: list[Path]) -> int:
     import numpy
     import torch
 
-    from . import versions
+    from . import claims as versions
 
     result = {
         "torch": torch.__version__, "numpy": numpy.__version__, "python": platform.python_version(),
@@ -164,7 +164,7 @@ def _cells(indices: list) -> str:
 
 
 def report(out: Path, result_files: list[Path], pinned: str = "") -> int:
-    from . import versions
+    from . import claims as versions
 
     results = [json.loads(p.read_text()) for p in result_files]
     results.sort(key=lambda r: versions.version_tuple(r["torch"]))
@@ -233,7 +233,7 @@ def report(out: Path, result_files: list[Path], pinned: str = "") -> int:
         "",
         "## What differs between releases",
         "",
-        "Registered in `hooktutor/versions.py`. Each lesson cell concerned says \"since torch 2.x\" and "
+        "Registered in `hooktutor/course/claims.py`. Each lesson cell concerned says \"since torch 2.x\" and "
         "checks the behaviour of the installed torch through `versions.expected(...)`; the probe of each "
         "claim ran on every tested release and its answer is shown below.",
     ]

@@ -3,7 +3,7 @@
 ``python3 course.py lab`` opens JupyterLab on ``workbook/`` (next to ``course.py``), not on
 ``notebooks/``: the notebooks there hold every solution, so a learner studying alone would see
 each answer before writing it. Before Lab starts, :func:`sync` writes the student edition of
-every lesson (:mod:`hooktutor.student`: answers stubbed, outputs cleared, hints, checks and
+every lesson (:mod:`hooktutor.course.student`: answers stubbed, outputs cleared, hints, checks and
 ``ex.<name>.solution()`` kept) into the workbook:
 
 * a lesson not in the workbook yet is written;
@@ -117,7 +117,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m hooktutor workbook",
                                      description="Write or update the learner's workbook (exercises blank).")
     parser.add_argument("folder", type=Path, help="the workbook folder (course.py lab uses workbook/)")
-    parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parent.parent / "notebooks",
+    parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[2] / "notebooks",
                         help="the source notebooks (default: notebooks/ of this checkout)")
     args = parser.parse_args(argv)
     if not args.source.is_dir():

@@ -189,7 +189,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m hooktutor student",
                                      description="Write the student edition of the course.")
     parser.add_argument("out_dir", type=Path, help="folder for the student notebooks")
-    parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parent.parent / "notebooks",
+    parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[2] / "notebooks",
                         help="the source notebooks (default: notebooks/ of this checkout)")
     parser.add_argument("--nbgrader", type=Path, metavar="COURSE", default=None,
                         help="also write an nbgrader course folder (source/ and nbgrader_config.py)")

@@ -1,0 +1,445 @@
+"""Mutation testing of the exercise checks: an adversary that nobody hand-picks.
+
+A check is worth what it rejects. Every exercise's reference solution is parsed with Python's
+own :mod:`ast`, changed in one place at a time by the operators below, and each changed
+solution (a *mutant*) is run through the exercise's check, the cases kept for grading
+included. A mutant the check rejects is *killed*; one it accepts *survives*. A survivor is
+either a hole in the check (add a case that rejects it) or *equivalent*: it behaves like the
+solution on every input the task admits. Equivalent mutants are listed in the exercise's own
+file, ``equivalent_mutants={mutant id: one-line reason}``, and ``tests/test_mutation.py`` fails
+when a survivor is not listed there, or when a listed mutant is killed (or no longer exists).
+
+The operators: the generic ones a mutation tool applies, plus the mistakes that matter for hooks.
+
+=================  ==================================================================================
+operator           what it changes
+=================  ==================================================================================
+``hook-kind``      ``register_forward_hook`` <-> ``register_forward_pre_hook``, forward <-> full
+                   backward, full backward <-> its pre-hook and the legacy ``register_backward_hook``,
+                   ``register_hook`` <-> ``register_post_accumulate_grad_hook``
+``no-hook``        a ``register_*hook*`` call attaches nothing (it returns a handle that removes nothing)
+``no-remove``      a ``.remove()`` call is dropped
+``no-finally``     ``try: A finally: B`` becomes ``A; B`` (the clean-up no longer runs on an error)
+``copy``           ``.clone()`` dropped, ``.detach()`` dropped, ``.clone()`` -> ``.detach()``
+``inplace``        ``x.mul_(y)`` <-> ``x.mul(y)`` (every in-place method), ``a += b`` -> ``a = a + b``
+``grad-mode``      a ``with torch.no_grad():`` / ``inference_mode()`` / ``enable_grad()`` block loses
+                   its ``with``
+``number``         an integer constant n -> n + 1 and n - 1 (an index or a dim off by one); a float
+                   constant c -> 2c
+``compare``        ``<`` <-> ``<=``, ``>`` <-> ``>=``, ``==`` <-> ``!=``, ``is`` <-> ``is not``,
+                   ``in`` <-> ``not in``
+``logic``          ``and`` <-> ``or``, ``not x`` -> ``x``, ``True`` <-> ``False``
+``arith``          ``+`` <-> ``-``, ``*`` <-> ``/``
+``early-return``   ``return None`` inserted before a statement of the solution's body
+``drop``           a statement that is a bare call (``model(x)``, ``calls.append(..)``) is dropped
+``keep-state``     a local initialised to an empty container or a number is made once, outside
+                   the function, so it is kept across calls
+``first-result``   the whole answer returns what the solution returned on its first call, whatever
+                   it is called with (a constant of a visible case hard-coded)
+=================  ==================================================================================
+
+``python -m hooktutor mutants [KEY...]`` prints the kill rate per exercise and lists the survivors.
+Predictions have no solution to mutate (their truth is computed live) and are not mutated.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import sys
+import textwrap
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+# Each pair is swapped both ways; a name may appear in several pairs.
+HOOK_KINDS = [
+    ("register_forward_hook", "register_forward_pre_hook"),
+    ("register_forward_hook", "register_full_backward_hook"),
+    ("register_full_backward_hook", "register_full_backward_pre_hook"),
+    ("register_full_backward_hook", "register_backward_hook"),
+    ("register_hook", "register_post_accumulate_grad_hook"),
+    ("register_step_post_hook", "register_step_pre_hook"),
+    ("register_state_dict_pre_hook", "register_load_state_dict_post_hook"),
+    ("register_load_state_dict_pre_hook", "register_load_state_dict_post_hook"),
+]
+GRAD_MODES = {"no_grad", "inference_mode", "enable_grad", "set_grad_enabled"}
+COMPARE = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+           ast.NotEq: ast.Eq, ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In}
+ARITH = {ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult}
+MUTANT_TIME_LIMIT_S = 1.0
+
+
+@dataclass
+class Mutant:
+    """One change to a solution. ``id`` is stable while the changed line stays the same:
+    ``operator@line: before -> after`` (the line counted from the solution's first line)."""
+
+    operator: str
+    line: int
+    before: str
+    after: str
+    build: Callable[[], Any]   # returns the mutated solution (function or class)
+
+    @property
+    def id(self) -> str:
+        return f"{self.operator}@{self.line}: {self.before} -> {self.after}"
+
+
+class _NoHandle:
+    """What a ``register_*hook*`` call returns in a ``no-hook`` mutant: a handle with nothing behind it."""
+
+    id = -1
+
+    def remove(self) -> None:
+        pass
+
+    def __enter__(self) -> _NoHandle:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+
+def _snippet(node: ast.AST) -> str:
+    text = ast.unparse(node).splitlines()
+    one = text[0] + (" ..." if len(text) > 1 else "")
+    return one if len(one) <= 70 else one[:67] + "..."
+
+
+def _method_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return node.func.attr
+    return None
+
+
+# in-place methods whose swap is no arithmetic mistake (detach_ cuts the graph of the caller's tensor)
+_NOT_ARITHMETIC = {"detach_", "requires_grad_", "share_memory_", "set_", "resize_", "resize_as_", "retain_grad_",
+                   "type_", "storage_", "data_ptr_", "apply_", "map_", "record_stream_", "pin_memory_"}
+
+
+def _inplace_pairs() -> set[str]:
+    import torch
+    return {name for name in dir(torch.Tensor)
+            if name.endswith("_") and not name.startswith("_") and hasattr(torch.Tensor, name[:-1])
+            and name not in _NOT_ARITHMETIC}
+
+
+class _Site:
+    """A change to apply to the node found at ``path`` (a list of (field, index) steps)."""
+
+    def __init__(self, operator: str, path: list, before: str, after: str, apply: Callable[[ast.AST], Any],
+                 line: int | None = None):
+        self.operator, self.path, self.before, self.after, self.apply = operator, path, before, after, apply
+        self.line = line
+
+
+def _walk(node: ast.AST, path: list | None = None) -> Iterator[tuple[ast.AST, list]]:
+    path = path or []
+    yield node, path
+    for field, value in ast.iter_fields(node):
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, ast.AST):
+                    yield from _walk(item, [*path, (field, i)])
+        elif isinstance(value, ast.AST):
+            yield from _walk(value, [*path, (field, None)])
+
+
+def _resolve(root: ast.AST, path: list) -> tuple[ast.AST, Any, Any]:
+    """The node at ``path``, its parent, and the (field, index) step that leads to it."""
+    parent, node, step = None, root, None
+    for field, index in path:
+        parent, step = node, (field, index)
+        value = getattr(node, field)
+        node = value[index] if index is not None else value
+    return node, parent, step
+
+
+def _replace(parent: ast.AST, step: tuple, new: Any) -> None:
+    field, index = step
+    if index is None:
+        setattr(parent, field, new)
+    else:
+        items = getattr(parent, field)
+        if isinstance(new, list):
+            items[index:index + 1] = new
+        else:
+            items[index] = new
+
+
+def _sites(tree: ast.Module, inplace: set[str]) -> Iterator[_Site]:
+    fn_defs = [n for n, _ in _walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    docstrings = {id(f.body[0]) for f in fn_defs + [n for n, _ in _walk(tree) if isinstance(n, ast.ClassDef)]
+                  if f.body and isinstance(f.body[0], ast.Expr) and isinstance(f.body[0].value, ast.Constant)
+                  and isinstance(f.body[0].value.value, str)}
+    for node, path in _walk(tree):
+        name = _method_name(node)
+        # -- hooks ---------------------------------------------------------------------------
+        if name is not None:
+            for a, b in HOOK_KINDS:
+                for old, new in ((a, b), (b, a)):
+                    if name == old:
+                        def swap(n, new=new):
+                            n.func.attr = new
+                        yield _Site("hook-kind", path, old, new, swap)
+            if name.startswith("register_") and "hook" in name:
+                def nohook(n, parent_step=None):
+                    return ast.Call(func=ast.Name("__mutant_no_handle__", ast.Load()), args=[], keywords=[])
+                yield _Site("no-hook", path, _snippet(node), "<a handle that removes nothing>", nohook)
+            if name in {"clone", "detach"} and not node.args and not node.keywords:
+                def drop_method(n):
+                    return n.func.value
+                yield _Site("copy", path, f".{name}()", "<dropped>", drop_method)
+                if name == "clone":
+                    def to_detach(n):
+                        n.func.attr = "detach"
+                    yield _Site("copy", path, ".clone()", ".detach()", to_detach)
+            if name in inplace:
+                def out_of_place(n, name=name):
+                    n.func.attr = name[:-1]
+                yield _Site("inplace", path, f".{name}(", f".{name[:-1]}(", out_of_place)
+            elif f"{name}_" in inplace:
+                def in_place(n, name=name):
+                    n.func.attr = f"{name}_"
+                yield _Site("inplace", path, f".{name}(", f".{name}_(", in_place)
+        # -- statements ----------------------------------------------------------------------
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and id(node) not in docstrings:
+            if _method_name(node.value) == "remove":
+                yield _Site("no-remove", path, _snippet(node), "<dropped>", lambda n: ast.Pass())
+            else:
+                yield _Site("drop", path, _snippet(node), "<dropped>", lambda n: ast.Pass())
+        if isinstance(node, ast.Try) and node.finalbody and not node.handlers:
+            def no_finally(n):
+                return [*n.body, *n.finalbody]
+            yield _Site("no-finally", path, "try: ... finally: ...", "<the body, then the clean-up>", no_finally)
+        if isinstance(node, ast.With) and len(node.items) == 1:
+            call = node.items[0].context_expr
+            func = call.func if isinstance(call, ast.Call) else None
+            mode = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if mode in GRAD_MODES:
+                yield _Site("grad-mode", path, f"with {mode}(...):", "<the body alone>", lambda n: list(n.body))
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+            def spelled_out(n):
+                return ast.Assign(targets=[ast.Name(n.target.id, ast.Store())],
+                                  value=ast.BinOp(ast.Name(n.target.id, ast.Load()), n.op, n.value), lineno=n.lineno)
+            yield _Site("inplace", path, _snippet(node), f"{node.target.id} = {node.target.id} "
+                        f"{_snippet(ast.BinOp(ast.Name('a'), node.op, ast.Name('b')))[2:-2]} ...", spelled_out)
+        # -- values --------------------------------------------------------------------------
+        if isinstance(node, ast.Constant) and type(node.value) is int and id(node) not in docstrings:
+            for delta in (1, -1):
+                def shift(n, delta=delta):
+                    n.value = n.value + delta
+                yield _Site("number", path, repr(node.value), repr(node.value + delta), shift)
+        if isinstance(node, ast.Constant) and type(node.value) is float:
+            def double(n):
+                n.value = n.value * 2 if n.value else 1.0
+            yield _Site("number", path, repr(node.value), repr(node.value * 2 if node.value else 1.0), double)
+        if isinstance(node, ast.Constant) and type(node.value) is bool:
+            def flip(n):
+                n.value = not n.value
+            yield _Site("logic", path, repr(node.value), repr(not node.value), flip)
+        if isinstance(node, ast.Compare):
+            for i, op in enumerate(node.ops):
+                if type(op) in COMPARE:
+                    def compare(n, i=i):
+                        n.ops[i] = COMPARE[type(n.ops[i])]()
+                    after = copy.deepcopy(node)
+                    after.ops[i] = COMPARE[type(op)]()
+                    yield _Site("compare", path, _snippet(node), _snippet(after), compare)
+        if isinstance(node, ast.BoolOp):
+            def boolop(n):
+                n.op = ast.Or() if isinstance(n.op, ast.And) else ast.And()
+            yield _Site("logic", path, _snippet(node), "and <-> or", boolop)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            yield _Site("logic", path, _snippet(node), _snippet(node.operand), lambda n: n.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in ARITH:
+            def arith(n):
+                n.op = ARITH[type(n.op)]()
+            after = copy.deepcopy(node)
+            after.op = ARITH[type(node.op)]()
+            yield _Site("arith", path, _snippet(node), _snippet(after), arith)
+    # -- whole functions -------------------------------------------------------------------------
+    for fn in fn_defs:
+        fn_path = next(p for n, p in _walk(tree) if n is fn)
+        for i, stmt in enumerate(fn.body):
+            if id(stmt) in docstrings or isinstance(stmt, ast.Return):
+                continue
+            def early(n, i=i):
+                n.body.insert(i, ast.Return(value=ast.Constant(None)))
+            yield _Site("early-return", fn_path, f"{fn.name}: before `{_snippet(stmt)}`", "return None", early,
+                        line=stmt.lineno)
+        for i, stmt in enumerate(fn.body):
+            # (not a list of handles: keeping removed handles across calls changes nothing)
+            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and _is_fresh_state(stmt.value) and "handle" not in stmt.targets[0].id):
+                var = stmt.targets[0].id
+
+                def keep(n, i=i, var=var):
+                    value = n.body[i].value
+                    n.body[i] = ast.Assign(
+                        targets=[ast.Name(var, ast.Store())],
+                        value=ast.Call(ast.Attribute(ast.Name("__mutant_state__", ast.Load()), "setdefault",
+                                                     ast.Load()), [ast.Constant(f"{n.name}.{var}"), value], []))
+                yield _Site("keep-state", fn_path, f"{var} = {_snippet(stmt.value)} (a fresh one per call)",
+                            f"{var} kept across calls", keep, line=stmt.lineno)
+
+
+def _is_fresh_state(value: ast.AST) -> bool:
+    if isinstance(value, (ast.List, ast.Dict, ast.Set)):
+        return True
+    if isinstance(value, ast.Constant) and type(value.value) in (int, float):
+        return True
+    if isinstance(value, (ast.ListComp, ast.DictComp)):
+        return True
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in {
+        "list", "dict", "set", "defaultdict", "OrderedDict"}
+
+
+def solution_source(solution: Any) -> tuple[str, int]:
+    """The solution's source, dedented, and the line of the file it starts on."""
+    lines, start = inspect.getsourcelines(solution)
+    return textwrap.dedent("".join(lines)), start
+
+
+def mutants(solution: Any) -> list[Mutant]:
+    """Every mutant of ``solution`` (a function or a class defined at the top of a module)."""
+    source, _ = solution_source(solution)
+    tree = ast.parse(source)
+    name = tree.body[0].name
+    module_globals = sys.modules[solution.__module__].__dict__
+    found = []
+    seen: set[str] = set()
+    for site in _sites(tree, _inplace_pairs()):
+        node, _, _ = _resolve(tree, site.path)
+        line = site.line or getattr(node, "lineno", 1)
+
+        def build(site=site) -> Any:
+            mutated = copy.deepcopy(tree)
+            target, parent, step = _resolve(mutated, site.path)
+            new = site.apply(target)
+            if new is not None:
+                _replace(parent, step, new)
+            ast.fix_missing_locations(mutated)
+            namespace = dict(module_globals)
+            namespace["__mutant_no_handle__"] = _NoHandle
+            namespace["__mutant_state__"] = {}
+            exec(compile(mutated, f"<mutant of {name}>", "exec"), namespace)   # noqa: S102 - our own code, mutated
+            return namespace[name]
+
+        mutant = Mutant(site.operator, line, site.before, site.after, build)
+        if mutant.id in seen:   # the same change reached twice (a node two operators share)
+            continue
+        seen.add(mutant.id)
+        found.append(mutant)
+    found.append(_first_result(solution))
+    return found
+
+
+def _first_result(solution: Any) -> Mutant:
+    def build() -> Any:
+        if isinstance(solution, type):
+            return solution   # a class: no single result to hard-code
+        first: list[Any] = []
+
+        def answer(*args: Any, **kwargs: Any) -> Any:
+            if not first:
+                first.append(solution(*args, **kwargs))
+            return first[0]
+        answer.__name__ = solution.__name__
+        return answer
+    return Mutant("first-result", 1, "the solution", "what it returned on its first call, every time", build)
+
+
+@dataclass
+class Outcome:
+    mutant: Mutant
+    killed: bool
+    verdict: str   # the report's title, or why the mutant could not be built
+
+
+def run(exercise: Any, only: set[str] | None = None) -> list[Outcome]:
+    """Every mutant of ``exercise``'s solution through its check (all cases, kept ones included)."""
+    outcomes = []
+    limit, exercise.time_limit = exercise.time_limit, min(exercise.time_limit, MUTANT_TIME_LIMIT_S)
+    try:
+        for mutant in mutants(exercise._solution):
+            if only is not None and mutant.id not in only:
+                continue
+            if mutant.operator == "first-result" and isinstance(exercise._solution, type):
+                continue
+            try:
+                answer = mutant.build()
+            except Exception:   # a mutant Python refuses to compile is no mutant
+                continue
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # a mutant may use a deprecated hook
+                report = exercise.check(answer, hidden=True)
+            outcomes.append(Outcome(mutant, not report.passed, report.text.splitlines()[0]))
+    finally:
+        exercise.time_limit = limit
+    return outcomes
+
+
+@dataclass
+class Score:
+    key: str
+    total: int
+    killed: int
+    equivalent: list[str]      # listed and surviving
+    survivors: list[Outcome]   # surviving and not listed: holes in the check
+    stale: list[str]           # listed but killed or gone
+
+    @property
+    def rate(self) -> float:
+        """Killed over the mutants that are not equivalent."""
+        denominator = self.total - len(self.equivalent)
+        return self.killed / denominator if denominator else 1.0
+
+
+def score(exercise: Any) -> Score:
+    outcomes = run(exercise)
+    listed = exercise.equivalent_mutants
+    alive = {o.mutant.id: o for o in outcomes if not o.killed}
+    return Score(
+        key=exercise.key, total=len(outcomes), killed=sum(o.killed for o in outcomes),
+        equivalent=sorted(set(alive) & set(listed)),
+        survivors=[o for i, o in alive.items() if i not in listed],
+        stale=sorted(set(listed) - set(alive)),
+    )
+
+
+def mutable_exercises() -> dict[str, Any]:
+    """Every exercise with a solution to mutate (predictions have none)."""
+    from hooktutor.exercises import load_all
+    return dict(sorted(load_all().items()))
+
+
+def main(argv: list[str]) -> int:
+    exercises = mutable_exercises()
+    keys = [a for a in argv if not a.startswith("-")] or list(exercises)
+    unknown = [k for k in keys if k not in exercises]
+    if unknown:
+        print(f"no exercise called {', '.join(unknown)}; the exercises are: {', '.join(exercises)}", file=sys.stderr)
+        return 2
+    bad = 0
+    start = time.perf_counter()
+    print(f"{'exercise':<46}{'mutants':>8}{'killed':>8}{'equiv.':>8}{'rate':>8}")
+    for key in keys:
+        s = score(exercises[key])
+        print(f"{key:<46}{s.total:>8}{s.killed:>8}{len(s.equivalent):>8}{s.rate:>8.0%}")
+        for o in s.survivors:
+            print(f"    SURVIVES  {o.mutant.id}")
+        for mutant_id in s.stale:
+            print(f"    LISTED AS EQUIVALENT BUT KILLED OR GONE  {mutant_id}")
+        bad += bool(s.survivors or s.stale)
+    print(f"{len(keys)} exercises in {time.perf_counter() - start:.1f} s; "
+          f"{bad} with survivors or stale equivalents")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
