@@ -26,19 +26,72 @@ from torch import nn
 from ._tree import describe, iter_tensors, map_tensors, set_at
 from .selection import LayerSpec, check_model, closest, select_layers
 
-_PENDING = object()  # a gradient slot whose tensor hook has not fired yet
-
-
-_Tensor = torch.Tensor
-
-
-def _detached_clone(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().clone()
-
 
 class RecordNotFound(LookupError):
     """Asked for a record that does not exist; the message says why and what to do."""
 
+
+class capture:  # noqa: N801 - used like a function: ``with capture(model) as rec``
+    """Record what the selected layers of ``model`` produce while the block runs.
+
+    ``layers``: ``None`` for every leaf module; a name (``"features.0"``) or a list of
+    names; a module class (``nn.Conv2d``); or a predicate ``(name, module) -> bool``.
+    ``inputs=True`` also records each call's positional arguments (``rec.inputs``) and
+    keyword arguments (``rec.kwargs``), copied *before* the module runs. ``grads=True``
+    records the gradient w.r.t. each output (``rec.grads``) when you call ``backward()``
+    inside the block. ``to`` moves the copies, for example ``to="cpu"`` on a GPU.
+
+    Taught in ``02_forward_hooks.ipynb``; checked against every in-place trap in
+    ``05_inplace_relu_pitfall.ipynb``.
+
+    >>> with capture(model, ["features.0"], grads=True) as rec:  # doctest: +SKIP
+    ...     model(x).sum().backward()
+    >>> rec["features.0"].shape, rec.grads["features.0"].shape  # doctest: +SKIP
+    """
+
+    def __init__(self, model: nn.Module, layers: LayerSpec = None, *, inputs: bool = False,
+                 grads: bool = False, to: str | torch.device | None = None):
+        leaves = _leaf_layers(check_model(model, "capture")) if layers is None else None
+        self._layers = leaves if leaves is not None else select_layers(model, layers, func="capture")
+        self._to = to
+        self.recording = Recording(self._layers, inputs=bool(inputs), grads=bool(grads))
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> Recording:
+        rec = self.recording
+        if rec._active:
+            raise RuntimeError("this capture() is already active; make a new one for a nested block")
+        rec._active = True
+        # Everything a hook needs is looked up here, once per layer, so that each call is
+        # only a copy and an append (plus a tensor hook per output when grads are wanted).
+        copy, to = _copier(self._to), self._to
+        add_handle = self._handles.append
+        outputs, grads = rec.outputs._store, rec.grads._store
+        try:
+            for name, module in self._layers:
+                if rec._want_inputs:
+                    add_handle(module.register_forward_pre_hook(_input_hook(
+                        name, rec.inputs._list(name).append, rec.kwargs._list(name).append, copy),
+                        with_kwargs=True))
+                append_grad = grads.setdefault(name, []).append if rec._want_grads else None
+                add_handle(module.register_forward_hook(_output_hook(
+                    name, outputs.setdefault(name, []).append, append_grad, add_handle, to)))
+        except BaseException:
+            self._detach()
+            raise
+        return rec
+
+    def _detach(self) -> None:
+        handles, self._handles = self._handles, []
+        for h in handles:
+            h.remove()
+        self.recording._active = False
+
+    def __exit__(self, *exc: object) -> None:
+        self._detach()
+
+
+# -- what a capture recorded --------------------------------------------------------------------
 
 class _Layers:
     """The recorded layer names, shared by a Recording and its Records (no back-reference)."""
@@ -132,9 +185,6 @@ class Records(Mapping[str, Any]):
             return [_finish_grad(name, i, slot) for i, slot in enumerate(calls)]
         return list(calls)
 
-    def _append(self, name: str, value: Any) -> None:
-        self._store.setdefault(name, []).append(value)
-
     def _list(self, name: str) -> list[Any]:
         """The list the calls of ``name`` go to (an empty list counts as "not recorded")."""
         return self._store.setdefault(name, [])
@@ -184,12 +234,6 @@ class Recording:
     def n_calls(self, name: str) -> int:
         return len(self.outputs._store.get(name, []))
 
-    def _not_recorded(self, name: str) -> str:
-        return self._layers.not_recorded(name)
-
-    def _finish_grad(self, name: str, index: int, slot: Any) -> Any:
-        return _finish_grad(name, index, slot)
-
     # -- display ------------------------------------------------------------------
     def __repr__(self) -> str:
         kinds = ["outputs"] + (["inputs"] if self._want_inputs else []) + \
@@ -214,6 +258,109 @@ class Recording:
             for r in rows:
                 lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
         return "\n".join(lines)
+
+
+# -- the hooks capture() attaches ---------------------------------------------------------------
+
+def _input_hook(name: str, append_args, append_kwargs, copy):
+    """The forward pre-hook of ``capture(inputs=True)``: copies of the args and kwargs."""
+    def pre_hook(module, args, kwargs):
+        append_args(map_tensors(args, copy))
+        append_kwargs(map_tensors(dict(kwargs), copy))
+    pre_hook.__qualname__ = f"capture.inputs[{name}]"
+    return pre_hook
+
+
+def _output_hook(name: str, append_output, append_grad, add_handle, to):
+    """The forward hook of ``capture``: a copy of the output and, when ``append_grad`` is
+    given, a gradient slot filled by tensor hooks on the output's tensors.
+
+    The hook's state is bound as default arguments rather than closure cells, so a
+    capture over many layers allocates fewer objects (its hooks are made on every entry),
+    and a plain tensor output is copied inline, without the generic tree walk.
+    """
+    def hook(module, args, output, _append_output=append_output, _append_grad=append_grad,
+             _add_handle=add_handle, _to=to):
+        if isinstance(output, _Tensor):
+            copy = output.detach().clone()
+            _append_output(copy if _to is None else copy.to(_to))
+            if _append_grad is None:
+                return
+            if not output.requires_grad:
+                _append_grad(None)
+                return
+            slot = _GradSlot() if _to is None else _GradSlotTo(_to)
+            _append_grad(slot)
+            _add_handle(output.register_hook(slot.fill))
+            return
+        _record_structure(name, output, _append_output, _append_grad, _add_handle, _copier(_to))
+    hook.__qualname__ = f"capture.outputs[{name}]"
+    return hook
+
+
+def _record_structure(name: str, output: Any, append_output, append_grad, add_handle, copy) -> None:
+    append_output(map_tensors(output, copy))
+    if append_grad is None:
+        return
+    needing = [(p, t) for p, t in iter_tensors(output) if t.requires_grad]
+    if not needing:
+        append_grad(None)
+        return
+    paths = {p: _PENDING for p, _ in needing}
+    append_grad((paths, map_tensors(output, lambda t: None)))
+    for path, t in needing:
+        def grad_hook(grad, path=path):
+            paths[path] = copy(grad)
+        grad_hook.__qualname__ = f"capture.grads[{name}]"
+        add_handle(t.register_hook(grad_hook))
+
+
+# -- the speed machinery ----------------------------------------------------------------------
+# capture() is often entered once per batch and its hooks run on every call of every layer, so
+# what follows trades a little plainness for speed (benchmarks/: capture is at most 1.05x a
+# hand-written recorder). None of it changes what is recorded: tests/test_capture.py holds the
+# fast leaf walk equal to select_layers(model, None).
+
+_PENDING = object()  # a gradient slot whose tensor hook has not fired yet
+
+
+_Tensor = torch.Tensor
+
+
+def _detached_clone(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().clone()
+
+
+class _GradSlot:
+    """The gradient record of one call whose output is a single tensor. ``fill``, bound to
+    the slot, is the tensor hook; ``grad`` is unset until it fires. No ``__init__``: making
+    one is the cheapest object creation Python has, and it happens on every hooked call."""
+
+    __slots__ = ("grad",)
+
+    def fill(self, grad: torch.Tensor) -> None:
+        self.grad = grad.detach().clone()
+    fill.__qualname__ = "capture.grads"
+
+
+class _GradSlotTo(_GradSlot):
+    """A :class:`_GradSlot` that moves the copy ``.to(to)`` (``capture(..., to=...)``)."""
+
+    __slots__ = ("to",)
+
+    def __init__(self, to):
+        self.to = to
+
+    def fill(self, grad: torch.Tensor) -> None:
+        self.grad = grad.detach().clone().to(self.to)
+    fill.__qualname__ = "capture.grads"
+
+
+def _copier(to):
+    """``t -> t.detach().clone()``, moved ``.to(to)`` when ``to`` is given."""
+    if to is None:
+        return _detached_clone
+    return lambda t: t.detach().clone().to(to)
 
 
 _PLAIN_TYPES: set[type] = set()  # module classes that keep nn.Module's way of listing children
@@ -255,148 +402,3 @@ def _walk(prefix: str, module: nn.Module, found: list, seen: set) -> bool:
     if leaf:
         found.append((prefix, module))
     return True
-
-
-class capture:  # noqa: N801 - used like a function: ``with capture(model) as rec``
-    """Record what the selected layers of ``model`` produce while the block runs.
-
-    ``layers``: ``None`` for every leaf module; a name (``"features.0"``) or a list of
-    names; a module class (``nn.Conv2d``); or a predicate ``(name, module) -> bool``.
-    ``inputs=True`` also records each call's positional arguments (``rec.inputs``) and
-    keyword arguments (``rec.kwargs``), copied *before* the module runs. ``grads=True``
-    records the gradient w.r.t. each output (``rec.grads``) when you call ``backward()``
-    inside the block. ``to`` moves the copies, for example ``to="cpu"`` on a GPU.
-
-    Taught in ``02_forward_hooks.ipynb``; checked against every in-place trap in
-    ``05_inplace_relu_pitfall.ipynb``.
-
-    >>> with capture(model, ["features.0"], grads=True) as rec:  # doctest: +SKIP
-    ...     model(x).sum().backward()
-    >>> rec["features.0"].shape, rec.grads["features.0"].shape  # doctest: +SKIP
-    """
-
-    def __init__(self, model: nn.Module, layers: LayerSpec = None, *, inputs: bool = False,
-                 grads: bool = False, to: str | torch.device | None = None):
-        leaves = _leaf_layers(check_model(model, "capture")) if layers is None else None
-        self._layers = leaves if leaves is not None else select_layers(model, layers, func="capture")
-        self._to = to
-        self.recording = Recording(self._layers, inputs=bool(inputs), grads=bool(grads))
-        self._handles: list[Any] = []
-
-    def __enter__(self) -> Recording:
-        rec = self.recording
-        if rec._active:
-            raise RuntimeError("this capture() is already active; make a new one for a nested block")
-        rec._active = True
-        # Everything a hook needs is looked up here, once per layer, so that each call is
-        # only a copy and an append (plus a tensor hook per output when grads are wanted).
-        copy, to = _copier(self._to), self._to
-        add_handle = self._handles.append
-        outputs, grads = rec.outputs._store, rec.grads._store
-        try:
-            for name, module in self._layers:
-                if rec._want_inputs:
-                    add_handle(module.register_forward_pre_hook(_input_hook(
-                        name, rec.inputs._list(name).append, rec.kwargs._list(name).append, copy),
-                        with_kwargs=True))
-                append_grad = grads.setdefault(name, []).append if rec._want_grads else None
-                add_handle(module.register_forward_hook(_output_hook(
-                    name, outputs.setdefault(name, []).append, append_grad, add_handle, to)))
-        except BaseException:
-            self._detach()
-            raise
-        return rec
-
-    def _detach(self) -> None:
-        handles, self._handles = self._handles, []
-        for h in handles:
-            h.remove()
-        self.recording._active = False
-
-    def __exit__(self, *exc: object) -> None:
-        self._detach()
-
-
-def _input_hook(name: str, append_args, append_kwargs, copy):
-    """The forward pre-hook of ``capture(inputs=True)``: copies of the args and kwargs."""
-    def pre_hook(module, args, kwargs):
-        append_args(map_tensors(args, copy))
-        append_kwargs(map_tensors(dict(kwargs), copy))
-    pre_hook.__qualname__ = f"capture.inputs[{name}]"
-    return pre_hook
-
-
-class _GradSlot:
-    """The gradient record of one call whose output is a single tensor. ``fill``, bound to
-    the slot, is the tensor hook; ``grad`` is unset until it fires. No ``__init__``: making
-    one is the cheapest object creation Python has, and it happens on every hooked call."""
-
-    __slots__ = ("grad",)
-
-    def fill(self, grad: torch.Tensor) -> None:
-        self.grad = grad.detach().clone()
-    fill.__qualname__ = "capture.grads"
-
-
-class _GradSlotTo(_GradSlot):
-    """A :class:`_GradSlot` that moves the copy ``.to(to)`` (``capture(..., to=...)``)."""
-
-    __slots__ = ("to",)
-
-    def __init__(self, to):
-        self.to = to
-
-    def fill(self, grad: torch.Tensor) -> None:
-        self.grad = grad.detach().clone().to(self.to)
-    fill.__qualname__ = "capture.grads"
-
-
-def _output_hook(name: str, append_output, append_grad, add_handle, to):
-    """The forward hook of ``capture``: a copy of the output and, when ``append_grad`` is
-    given, a gradient slot filled by tensor hooks on the output's tensors.
-
-    The hook's state is bound as default arguments rather than closure cells, so a
-    capture over many layers allocates fewer objects (its hooks are made on every entry),
-    and a plain tensor output is copied inline, without the generic tree walk.
-    """
-    def hook(module, args, output, _append_output=append_output, _append_grad=append_grad,
-             _add_handle=add_handle, _to=to):
-        if isinstance(output, _Tensor):
-            copy = output.detach().clone()
-            _append_output(copy if _to is None else copy.to(_to))
-            if _append_grad is None:
-                return
-            if not output.requires_grad:
-                _append_grad(None)
-                return
-            slot = _GradSlot() if _to is None else _GradSlotTo(_to)
-            _append_grad(slot)
-            _add_handle(output.register_hook(slot.fill))
-            return
-        _record_structure(name, output, _append_output, _append_grad, _add_handle, _copier(_to))
-    hook.__qualname__ = f"capture.outputs[{name}]"
-    return hook
-
-
-def _copier(to):
-    """``t -> t.detach().clone()``, moved ``.to(to)`` when ``to`` is given."""
-    if to is None:
-        return _detached_clone
-    return lambda t: t.detach().clone().to(to)
-
-
-def _record_structure(name: str, output: Any, append_output, append_grad, add_handle, copy) -> None:
-    append_output(map_tensors(output, copy))
-    if append_grad is None:
-        return
-    needing = [(p, t) for p, t in iter_tensors(output) if t.requires_grad]
-    if not needing:
-        append_grad(None)
-        return
-    paths = {p: _PENDING for p, _ in needing}
-    append_grad((paths, map_tensors(output, lambda t: None)))
-    for path, t in needing:
-        def grad_hook(grad, path=path):
-            paths[path] = copy(grad)
-        grad_hook.__qualname__ = f"capture.grads[{name}]"
-        add_handle(t.register_hook(grad_hook))

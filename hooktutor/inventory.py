@@ -35,6 +35,8 @@ from torch.nn.utils.prune import BasePruningMethod
 from torch.nn.utils.spectral_norm import SpectralNorm, SpectralNormLoadStateDictPreHook, SpectralNormStateDictHook
 from torch.nn.utils.weight_norm import WeightNorm
 
+from .selection import wrapper_prefix
+
 # (private dict on nn.Module, kind shown to the learner); flag dicts are read separately.
 MODULE_HOOK_DICTS: tuple[tuple[str, str], ...] = (
     ("_forward_pre_hooks", "forward_pre"),
@@ -92,15 +94,10 @@ GLOBAL_OPTIMIZER_HOOK_DICTS: tuple[tuple[str, str], ...] = (
     ("_global_optimizer_pre_hooks", "step_pre"),
     ("_global_optimizer_post_hooks", "step_post"),
 )
-# Wrappers that hold the real model as ``.module``, so its layers are named ``module.<name>``.
-WRAPPER_PREFIX = "module."
 
 GLOBAL = "<global>"
 ROOT = "<root>"
 
-KIND_ORDER = ("forward_pre", "forward", "backward_pre", "backward", "backward (legacy)",
-              "state_dict_pre", "state_dict", "load_state_dict_pre", "load_state_dict_post",
-              "tensor", "post_accumulate", "step_pre", "step_post")
 OPTIMIZER = "<optimizer>"
 
 USER = "user"
@@ -131,10 +128,6 @@ class HookRow:
     hook: Callable | None = None
     owner: str = USER  # "user" (you, hooktutor's helpers) or "pytorch" (torch installed it)
     mechanism: str = ""  # for PyTorch's hooks: "prune", "lazy module", "pytorch (torch.x)"...
-
-    @property
-    def where(self) -> str:
-        return self.path
 
     @property
     def is_pytorch(self) -> bool:
@@ -376,14 +369,6 @@ class HookTable:
         )
 
 
-def wrapper_prefix(model: nn.Module) -> str:
-    """``"module."`` when ``model`` is a ``DistributedDataParallel`` or ``DataParallel``
-    wrapper (its layers are ``module.<name>``), else ``""``. Taught in ``08_training_hooks``."""
-    from torch.nn.parallel import DataParallel, DistributedDataParallel
-
-    return WRAPPER_PREFIX if isinstance(model, (DistributedDataParallel, DataParallel)) else ""
-
-
 def _optimizer_rows(optimizer: torch.optim.Optimizer, include_global: bool) -> list[HookRow]:
     rows = [_row(OPTIMIZER, kind, hid, fn) for attr, kind in OPTIMIZER_HOOK_DICTS
             for hid, fn in (getattr(optimizer, attr, None) or {}).items()]
@@ -500,8 +485,9 @@ def _drop(model: nn.Module, row: HookRow) -> None:
             hooks.pop(row.handle_id, None)
 
 
-def _reset_backward_flag(module: nn.Module) -> None:
-    """A module with no backward hook left accepts full and legacy ones again."""
+def reset_backward_flag(module: nn.Module) -> None:
+    """A module with no backward hook left accepts full and legacy ones again (torch remembers
+    which kind it had; the widgets call this after removing theirs)."""
     if not module._backward_hooks:
         module._is_full_backward_hook = None
 
@@ -520,7 +506,7 @@ def remove_row(model: nn.Module, row: HookRow, *, include_pytorch: bool = False)
             "removes it anyway")
     _drop(model, row)
     if row.path not in (GLOBAL,) and row.kind not in ("tensor", "post_accumulate"):
-        _reset_backward_flag(_owner_module(model, row))
+        reset_backward_flag(_owner_module(model, row))
 
 
 def _paths(paths: list[str]) -> str:
@@ -608,5 +594,5 @@ def remove_hooks(module: nn.Module, *, include_global: bool = False,
             _drop(module, row)
             removed.append(row)
     for mod in module.modules():
-        _reset_backward_flag(mod)
+        reset_backward_flag(mod)
     return RemovedHooks(HookTable(removed, table.root_name), HookTable(left, table.root_name))

@@ -41,25 +41,36 @@ def closest(name: str, candidates: list[str]) -> list[str]:
     return [c for r, c in scored[:3] if r >= best - 0.06]
 
 
-def _wrapper_prefix(model: nn.Module) -> str:
-    from .inventory import wrapper_prefix
+def wrapper_prefix(model: nn.Module) -> str:
+    """The prefix a wrapper puts before the names of the wrapped model's layers: ``"module."``
+    for a ``DistributedDataParallel`` or ``DataParallel`` (``08_training_hooks``),
+    ``"_orig_mod."`` for what ``torch.compile(model)`` returns, both when one wraps the other;
+    ``""`` for a plain model. Every name a toolkit function accepts may leave it out."""
+    from torch.nn.parallel import DataParallel, DistributedDataParallel
 
-    return wrapper_prefix(model)
+    prefix = ""
+    while True:
+        if isinstance(model, (DistributedDataParallel, DataParallel)):
+            prefix, model = prefix + "module.", model.module
+        elif type(model).__name__ == "OptimizedModule" and isinstance(getattr(model, "_orig_mod", None), nn.Module):
+            prefix, model = prefix + "_orig_mod.", model._orig_mod   # without importing torch._dynamo
+        else:
+            return prefix
 
 
 def get_layer(model: nn.Module, name: str) -> nn.Module:
     """The submodule called ``name`` (``""`` for the model itself), or a helpful error.
 
-    On a ``DistributedDataParallel`` / ``DataParallel`` wrapper a layer can be named with or
-    without the ``module.`` prefix the wrapper adds (``08_training_hooks.ipynb``)."""
+    On a wrapper (``DistributedDataParallel``, ``DataParallel``, ``torch.compile``'s module) a
+    layer can be named with or without the prefix the wrapper adds (:func:`wrapper_prefix`)."""
     check_model(model, "get_layer")
     if not isinstance(name, str):
         raise TypeError(f"a layer name must be a str such as 'features.0', got {type(name).__name__}")
     modules = dict(model.named_modules())
     if name in modules:
         return modules[name]
-    prefix = _wrapper_prefix(model)
-    if prefix and prefix + name in modules:  # DDP / DataParallel: 'fc1' is 'module.fc1'
+    prefix = wrapper_prefix(model)
+    if prefix and prefix + name in modules:  # DDP: 'fc1' is 'module.fc1'; compiled: '_orig_mod.fc1'
         return modules[prefix + name]
     real = [n for n in modules if n]
     if prefix:  # suggest the short names too

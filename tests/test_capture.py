@@ -293,3 +293,19 @@ def test_no_memory_growth_over_many_captures():
     gc.collect()
     assert sum(r() is not None for r in refs) == 0
     assert len(ht.list_hooks(model)) == 0
+
+
+def test_the_fast_leaf_walk_is_select_layers_none():
+    """capture() walks a model's leaves with its own fast walk; it must find what
+    select_layers(model, None) finds, in the same order, on every kind of model."""
+    from hooktutor.capture import _leaf_layers
+    from hooktutor.exercises import kit
+
+    shared = nn.Linear(3, 3)
+    models = [MLP(seed=0), SmallCNN(seed=0), ht.models.TinyResNet(seed=0), kit.Nested(seed=0), kit.Twice(seed=0),
+              nn.Sequential(shared, nn.ReLU(), shared), nn.Linear(2, 2), ht.models.TinyTransformer(seed=0),
+              nn.Sequential(nn.Sequential(), nn.Linear(2, 2))]
+    for model in models:
+        fast = _leaf_layers(model)
+        assert fast is not None, type(model).__name__
+        assert [(n, id(m)) for n, m in fast] == [(n, id(m)) for n, m in ht.select_layers(model, None)]

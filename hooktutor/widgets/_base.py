@@ -77,12 +77,6 @@ def checkbox_view(description: str, value: bool, css: str, *, side_by_side: bool
     return checkbox, status, out, box
 
 
-def reset_full_backward_flag(module: nn.Module) -> None:
-    """After removing a full backward hook, let the module take any kind of backward hook again."""
-    if not module._backward_hooks:
-        module._is_full_backward_hook = None
-
-
 class HookWidget:
     """Base class: ``name``, ``hooks`` (a :class:`hooktutor.HookSet` of that name),
     ``widget`` (the ipywidgets container), ``close()`` and the display protocol."""

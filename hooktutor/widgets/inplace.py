@@ -20,9 +20,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..inventory import reset_backward_flag
 from ..models import inplace_modules, set_inplace
 from ..selection import check_model, get_layer
-from ._base import CheckboxWidget, buffers_kept, call_model, reset_full_backward_flag
+from ._base import CheckboxWidget, buffers_kept, call_model
 from ._render import PngView, show_activation
 
 
@@ -93,7 +94,7 @@ def probe(model: nn.Module, inputs: Any, layer: str) -> tuple[InplaceOutcome, to
         error = _first_line(exc)
     finally:
         bhandle.remove()
-        reset_full_backward_flag(module)
+        reset_backward_flag(module)
     outcome = InplaceOutcome(
         inplace=bool(inplace_modules(model)),
         stored_min=float(stored.min()), true_min=float(copy.min()),
