@@ -403,6 +403,22 @@ def test_close_removes_the_hook_and_can_be_called_twice(cnn):
     assert len(hooks_on(model)) == 0
 
 
+def test_a_closed_widget_keeps_its_last_picture_on_the_page(cnn):
+    """A lesson's clean-up cell closes its widget: what the widget showed must stay (Run All
+    used to leave the "Try it live" output blank), with its controls off and a closed note."""
+    from hooktutor.widgets._base import CLOSED_NOTE
+
+    model, x, y = cnn
+    toggle = hook_toggle(model, x, "features.0", targets=y)
+    toggle.value = True
+    picture = toggle.out.outputs
+    toggle.close()
+    assert toggle.widget.comm is not None and toggle.out.comm is not None, "the views stay on the page"
+    assert toggle.out.outputs == picture and picture, "the last picture stays"
+    assert toggle.checkbox.disabled
+    assert CLOSED_NOTE in toggle.widget.children[-1].value
+
+
 def test_a_failed_creation_leaves_the_working_widget_of_that_name_alone(mlp):
     model, x, y = mlp
     toggle = hook_toggle(model, x, "fc1", targets=y)

@@ -116,21 +116,38 @@ class HookWidget:
         pass
 
     def close(self) -> None:
-        """Remove every hook this widget attached and close it on the page."""
+        """Remove every hook this widget attached and undo its changes to the model.
+
+        What it shows stays on the page, its controls disabled and a line saying it is closed,
+        so a lesson's clean-up cell does not blank the "Try it live" output above it. Run the
+        widget's cell again to use it again."""
         self.hooks.clear()
         if not self.closed:
             self.closed = True
             self._cleanup()
             if self.widget is not None:
-                _close_tree(self.widget)
+                _freeze(self.widget)
         if _LIVE.get(self.name) is self:
             del _LIVE[self.name]
 
 
-def _close_tree(widget: Any) -> None:
-    for child in getattr(widget, "children", ()):
-        _close_tree(child)
-    widget.close()
+CLOSED_NOTE = "closed: its hooks are removed and its controls off; run its cell again to use it"
+
+
+def _freeze(widget: Any) -> None:
+    """Disable every control of ``widget`` and add the closed note; what it shows stays."""
+    def disable(w: Any) -> None:
+        for child in getattr(w, "children", ()):
+            disable(child)
+        if hasattr(w, "disabled"):
+            w.disabled = True
+    disable(widget)
+    import ipywidgets as w
+
+    if hasattr(widget, "children"):
+        note = w.HTML(f"<span style='color:#666;font-style:italic'>{CLOSED_NOTE}</span>")
+        note.add_class("hooktutor-closed")
+        widget.children = (*widget.children, note)
 
 
 def close_all() -> int:
