@@ -41,7 +41,7 @@ def test_every_lesson_with_exercises_has_at_least_three():
         assert len(checks) >= 3, f"{path.name} has {len(checks)} checked exercises; the template asks for three"
 
 
-def test_edition_has_no_solutions_no_outputs_and_grade_cells(edition):
+def test_edition_has_no_solutions_no_outputs_and_check_cells(edition):
     out, _ = edition
     assert sorted(p.name for p in out.glob("*.ipynb")) == sorted(p.name for p in SOURCE.glob("*.ipynb"))
     for path in LESSONS:
@@ -52,7 +52,7 @@ def test_edition_has_no_solutions_no_outputs_and_grade_cells(edition):
         grades = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
         assert solutions and len(grades) == len(solutions)
         assert all(student.STUB in c.source for c in solutions)
-        assert all(".grade(" in c.source and ".check(" not in c.source for c in grades)
+        assert all(".check(" in c.source and ".grade(" not in c.source for c in grades)
         assert all(not c.outputs and c.execution_count is None for c in nb.cells if c.cell_type == "code")
 
 
@@ -66,7 +66,9 @@ def test_markers_are_validated():
 
 
 @pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
-def test_student_edition_runs_and_every_check_reports_the_unfinished_exercise(edition, path):
+def test_run_all_with_every_exercise_blank_reaches_the_end(edition, path):
+    """A learner's Run All through a lesson whose exercises are still blank: no cell stops it
+    (only the cells that show an error on purpose raise), and each check says "not written yet"."""
     out, _ = edition
     nb = nbformat.read(out / path.name, as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True, shutdown_kernel="immediate",
@@ -74,10 +76,9 @@ def test_student_edition_runs_and_every_check_reports_the_unfinished_exercise(ed
     errors = [(i, o) for i, c in enumerate(nb.cells) if c.cell_type == "code"
               and "raises-exception" not in c.metadata.get("tags", [])  # errors the lesson shows on purpose
               for o in c.outputs if o.output_type == "error"]
-    wrong = [(i, o.ename, o.evalue) for i, o in errors if o.ename != "NotImplementedError"]
-    assert not wrong, f"errors other than the stubs' NotImplementedError: {wrong}"
+    stopped = [(i, o.ename, o.evalue) for i, o in errors]
+    assert not stopped, f"cells that stop Run All while the exercises are blank (cell, error): {stopped}"
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade"):
             shown = "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs)
-            raised = [o.ename for o in cell.outputs if o.output_type == "error"]
-            assert "is not written yet" in shown and raised == ["NotImplementedError"], cell.source
+            assert "is not written yet" in shown, cell.source

@@ -8,9 +8,10 @@ student edition by hand: change the source notebook and generate it again.
 How solutions are marked in the source notebooks (docs/authoring.md, docs/instructors.md):
 an answer cell is tagged ``solution`` and holds its solution between ``### BEGIN SOLUTION``
 and ``### END SOLUTION`` lines; its check cell is tagged ``check`` and calls
-``ex.<name>.check(answer)``. In the student edition the check cell calls ``.grade(answer)``
-instead: the same report, and the cell fails until the answer passes, which is what nbgrader
-scores.
+``ex.<name>.check(answer)``, in the student edition too: it shows the report and never stops
+the notebook, so Run All through a lesson whose exercises are still blank reaches its end, each
+blank one reported as not written yet. What nbgrader scores is the hidden-tests block of the
+nbgrader source (``grade(answer, hidden=True)``): it fails the cell until the answer passes.
 
 ``--nbgrader COURSE`` also writes an nbgrader course folder: ``nbgrader_config.py`` and
 ``source/<lesson>/<lesson>.ipynb`` with solutions and nbgrader cell metadata, so that
@@ -78,24 +79,25 @@ def strip_solution(source: str, where: str = "cell") -> str:
     return "\n".join(out)
 
 
-def _grade_source(source: str, where: str) -> str:
+def _check_source(source: str, where: str) -> str:
     if ".check(" not in source:
         raise MarkingError(f"{where}: a cell tagged '{CHECK_TAG}' must call ex.<name>.check(answer)")
-    return source.replace(".check(", ".grade(")
+    return source
 
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 
 
 def _with_hidden_tests(source: str, where: str) -> str:
-    """The grade cell of the nbgrader source, plus nbgrader's hidden tests: the same grade call
-    with ``hidden=True``, which also runs the exercise's hidden cases. ``generate_assignment``
-    removes the block from the release (so it equals the student edition) and ``autograde``
-    puts it back, so a graded answer meets cases the learner never saw."""
-    calls = re.findall(r"^(\s*)(.*\.grade\(\s*\w+\s*)\)\s*$", source, flags=re.M)
+    """The check cell of the nbgrader source, plus nbgrader's hidden tests: the same exercise's
+    ``grade(answer, hidden=True)``, which runs every case (those kept for grading too) and fails
+    the cell unless the answer passes. ``generate_assignment`` removes the block from the release
+    (so it equals the student edition) and ``autograde`` puts it back, so a graded answer meets
+    cases the learner never saw, and a blank or wrong one scores nothing."""
+    calls = re.findall(r"^(\s*)(.*)\.check\((\s*\w+\s*)\)\s*$", source, flags=re.M)
     if not calls:
         raise MarkingError(f"{where}: a check cell must end in ex.<name>.check(answer)")
-    hidden = "\n".join(f"{indent}{call}, hidden=True)" for indent, call in calls)
+    hidden = "\n".join(f"{indent}{obj}.grade({arg.strip()}, hidden=True)" for indent, obj, arg in calls)
     return f"{source.rstrip()}\n{HIDDEN_BEGIN}\n{hidden}\n{HIDDEN_END}"
 
 
@@ -132,7 +134,7 @@ def convert(nb, stem: str, *, keep_solutions: bool):
             match = re.search(r"\.check\(\s*(\w+)", cell.source)
             name = match.group(1) if match else f"check{index}"
             grade_id = f"{stem}-check-{name}"
-            cell.source = _grade_source(cell.source, where)
+            cell.source = _check_source(cell.source, where)
             if keep_solutions:   # the nbgrader source: hidden tests too
                 cell.source = _with_hidden_tests(cell.source, where)
             cell.metadata["nbgrader"] = _nbgrader_meta("grade", grade_id)
