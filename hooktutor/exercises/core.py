@@ -263,15 +263,25 @@ def next_steps(exercise: "Exercise") -> str:
 
 
 class _Text:
-    """A block of text that shows the same in a terminal, in Lab and under nbval."""
+    """A block of text that shows the same in a terminal, in Lab and under nbval.
 
-    def __init__(self, text: str, css: str = "hooktutor-text"):
-        self.text, self.css = text, css
+    Prose (``prose=True``: a hint, a message) is wrapped between words, at 88 characters in a
+    terminal and at the page's width in Lab; code (a solution) keeps its lines."""
+
+    def __init__(self, text: str, css: str = "hooktutor-text", *, prose: bool = False):
+        self.text, self.css, self.prose = text, css, prose
 
     def __repr__(self) -> str:
-        return self.text
+        if not self.prose:
+            return self.text
+        return "\n".join(textwrap.fill(p, width=88, break_long_words=False, break_on_hyphens=False)
+                         for p in self.text.split("\n"))
 
     def _repr_html_(self) -> str:
+        if self.prose:   # wrapped by the browser between words, never inside one
+            return (f"<div class='{self.css}' style='white-space:pre-wrap;word-break:normal;"
+                    f"overflow-wrap:normal;font-family:var(--jp-code-font-family,monospace)'>"
+                    f"{html.escape(self.text)}</div>")
         return f"<pre class='{self.css}'>{html.escape(self.text)}</pre>"
 
 
@@ -546,7 +556,7 @@ class Exercise:
             if solutions_available() else "that was the last hint"
         more = f" ({last})" if number == len(self.hints) else ""
         return _Text(f"Hint {number} of {len(self.hints)} for {self.title}: {self.hints[number - 1]}{more}",
-                     "hooktutor-hint")
+                     "hooktutor-hint", prose=True)
 
     def solution(self) -> _Text:
         """A solution, shown only when asked for (and not at all while the instructor has
@@ -555,7 +565,7 @@ class Exercise:
             name = command_name(self)
             return _Text(f"{self.title}: solutions are switched off for this course by your instructor. "
                          f"{name}.hint() gives the hints, and {name}.check(your_function) says what is "
-                         "still wrong.", "hooktutor-hint")
+                         "still wrong.", "hooktutor-hint", prose=True)
         source = "\n".join(line for line in self.answer_source().splitlines()
                             if line.strip() not in (BEGIN_SOLUTION, END_SOLUTION))
         return _Text(f"# A solution to {self.title}\n{source}", "hooktutor-solution")
