@@ -88,3 +88,13 @@ def test_the_authoring_guide_quotes_count_calls_as_its_file_has_it():
     source = load_all()["start_here.count_calls"].answer_source()
     quoted = "\n".join("   " + line if line else "" for line in source.splitlines())
     assert f"   ```python\n{quoted}\n   ```" in text
+
+
+def test_the_map_of_the_course_in_lesson_00_is_made_from_the_lessons():
+    from hooktutor.course import course_map
+
+    assert not course_map.stale_map(), "run `python -m hooktutor answers --write`"
+    text = course_map.map_markdown()
+    for lesson in course_map.lessons():
+        assert f"| {lesson.level} | {lesson.time} |" in text and lesson.learn, lesson.stem
+    assert "08 ·" in text and "10 ·" in text

@@ -148,12 +148,17 @@ def stale_guide(paths: list[Path] | None = None, *, write: bool = False) -> list
 def main(argv: list[str]) -> int:
     write = "--write" in argv
     paths = [Path(a).resolve() for a in argv if a.endswith(".ipynb")] or None
+    from .course_map import stale_map
+
     cells, lessons = stale_answer_cells(paths, write=write), stale_guide(paths, write=write)
+    course_map = stale_map(write=write)
+    if course_map:
+        print(f"{'rewrote' if write else 'differs from the lessons'}: the map of the course in lesson 00")
     for where in cells:
         print(f"{'rewrote' if write else 'differs from its exercise file'}: {where}")
     for lesson in lessons:
         print(f"{'rewrote' if write else 'differs from the exercise files'}: the guide's list for {lesson}")
-    if not cells and not lessons:
+    if not cells and not lessons and not course_map:
         print("every answer cell and the guide agree with the exercise files")
         return 0
     if not write:
