@@ -72,7 +72,8 @@ def _hooktutor_probe():
     for name, value in list(globals().items()):
         if name.startswith("_"):
             continue
-        items = list(value.values()) if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else [value]
+        items = (list(value.values()) if isinstance(value, dict)
+                 else value if isinstance(value, (list, tuple)) else [value])
         for item in items:
             if id(item) in seen:
                 continue
