@@ -24,11 +24,15 @@ import torch
 from torch import nn
 
 from ._tree import describe, iter_tensors, map_tensors, set_at
-from .selection import LayerSpec, check_model, closest, select_layers
+from .selection import LayerSpec, check_model, closest, select_layers, wrapper_prefix
 
 
 class RecordNotFound(LookupError):
     """Asked for a record that does not exist; the message says why and what to do."""
+
+
+class CompiledModelWarning(UserWarning):
+    """``capture`` on a model that ``torch.compile`` wrapped recorded only some layers, or none."""
 
 
 class capture:  # noqa: N801 - used like a function: ``with capture(model) as rec``
@@ -56,6 +60,7 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         self._to = to
         self.recording = Recording(self._layers, inputs=bool(inputs), grads=bool(grads))
         self._handles: list[Any] = []
+        self._compiled = "_orig_mod." in wrapper_prefix(model)
 
     def __enter__(self) -> Recording:
         rec = self.recording
@@ -87,8 +92,24 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
             h.remove()
         self.recording._active = False
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
         self._detach()
+        if self._compiled and kind is None:
+            self._warn_if_compiled_code_skipped_the_hooks()
+
+    def _warn_if_compiled_code_skipped_the_hooks(self) -> None:
+        """Hooks added after a compiled model's first call do not run inside its compiled code
+        (dynamo does not guard on them): the recording has holes, and nothing else says so."""
+        recorded = sum(1 for name, _ in self._layers if self.recording.outputs._store.get(name))
+        if recorded == len(self._layers):
+            return
+        import warnings
+
+        warnings.warn(
+            f"capture() recorded {recorded} of the {len(self._layers)} layers of this compiled model: hooks "
+            "added after its first compiled call do not run inside the compiled code. Capture on the "
+            "original module before compiling (or call torch._dynamo.reset() and let the next call "
+            "compile again with the hooks in place); lesson 11 shows why.", CompiledModelWarning, stacklevel=2)
 
 
 # -- what a capture recorded --------------------------------------------------------------------
