@@ -11,7 +11,8 @@ from hooktutor.exercises import core, kit
 
 
 def test_dimensions_are_named_and_documented():
-    assert kit.DIMENSIONS == ["nested", "twice", "raises", "nd", "inplace_after", "repeat", "technique"]
+    assert kit.DIMENSIONS == ["nested", "twice", "raises", "nd", "inplace_after", "repeat", "technique",
+                              "dtype", "alias", "detached", "reattach", "order", "left_as_found"]
     for dim in kit.DIMENSIONS:
         assert f"``{dim}``" in kit.__doc__
     for name in kit.__all__:

@@ -10,7 +10,12 @@ import pytest
 import torch
 from torch import nn
 
-from hooktutor.exercises import backward_hooks, capstone, inplace_relu
+from hooktutor.data import blobs
+from hooktutor.exercises import backward_hooks, capstone, inplace_relu, kit
+from hooktutor.exercises.backward_hooks._shared import _linear_output_norms
+from hooktutor.exercises.capstone.dead_channels import _dim_batches, _probe_model
+from hooktutor.exercises.capstone.first_nonfinite import _LSTMThenLog
+from hooktutor.exercises.inplace_relu._shared import _other_classes_model
 
 MINE = {ex.key: ex for mod in (backward_hooks, capstone, inplace_relu)
         for ex in vars(mod).values() if type(ex).__name__ == "Exercise"}
@@ -53,15 +58,15 @@ def test_the_solution_passes_visible_and_hidden_cases_quickly(key):
 
 
 def test_the_reordered_model_backpropagates_in_another_order_than_named_modules():
-    model = backward_hooks._Reordered(seed=9)
-    x, _ = backward_hooks.blobs(16, seed=9)
-    norms = backward_hooks._linear_output_norms(model, x)
+    model = kit.Reordered(seed=9)
+    x, _ = blobs(16, seed=9)
+    norms = _linear_output_norms(model, x)
     assert [n for n, _ in model.named_modules() if n] == ["head", "mid", "stem"]
     assert norms["stem"] < norms["mid"] < norms["head"]
 
 
 def test_a_full_backward_hook_before_any_inplace_module_raises_whatever_its_class():
-    model = inplace_relu._other_classes_model(seed=17)
+    model = _other_classes_model(seed=17)
     for m in model.modules():
         if isinstance(m, nn.ReLU):
             m.inplace = False
@@ -74,11 +79,11 @@ def test_a_full_backward_hook_before_any_inplace_module_raises_whatever_its_clas
 
 
 def test_the_inplace_threshold_makes_live_channels_look_dead_to_a_bare_detach():
-    model = capstone._probe_model()
+    model = _probe_model()
     model.append(nn.Threshold(5.0, 0.0, inplace=True))
     kept = []
     with model[1].register_forward_hook(lambda m, a, o: kept.append((o.detach(), o.detach().clone()))):
-        for x in capstone._dim_batches(2, seed=8):
+        for x in _dim_batches(2, seed=8):
             model(x)
     assert all(bool((bare > 0).sum() == 0) for bare, _ in kept)
     fresh = torch.stack([(c > 0).flatten(2).any(dim=0).any(dim=1) for _, c in kept]).any(dim=0)
@@ -86,7 +91,7 @@ def test_the_inplace_threshold_makes_live_channels_look_dead_to_a_bare_detach():
 
 
 def test_the_lstm_returns_a_tuple_that_isfinite_refuses():
-    model = capstone._LSTMThenLog(seed=11)
+    model = _LSTMThenLog(seed=11)
     out = model.lstm(torch.zeros(1, 2, 3))
     assert isinstance(out, tuple)
     with pytest.raises(TypeError, match="not tuple"):

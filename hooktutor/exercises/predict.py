@@ -5,7 +5,7 @@ fire, or which gradients a hook changes. The answer cell is a function that retu
 student edition and nbgrader stub it like every other answer)::
 
     def predict_order():
-        return ["block pre-hook", "conv1", "relu", "conv2", "relu", "block"]
+        return ["block pre-hook", "conv1", ...]      # one label per hook call, in firing order
 
 and the check cell runs the experiment in torch, now, on the installed version, and compares::
 

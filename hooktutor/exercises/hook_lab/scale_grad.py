@@ -1,17 +1,17 @@
-"""The prediction of ``06_hook_lab.ipynb``: what the panel will show before you switch a hook on."""
+"""06_hook_lab, predict, then run: hook_lab.scale_grad."""
 
 from __future__ import annotations
 
-from ..data import shapes
-from ..models import SmallCNN
-from .predict import Prediction
+from ...data import shapes
+from ...models import SmallCNN
+from ..predict import Prediction
 
 WATCHED = ("loss", "features.0", "features.4", "features.5", "classifier")
 
 
 def _observe_scale_grad() -> dict[str, str]:
     """The hook lab's panel on SmallCNN: ``scale_grad`` ×2 on features.4. What moves?"""
-    from ..widgets import HookPanel
+    from ...widgets import HookPanel
 
     panel = HookPanel(SmallCNN(seed=0), *shapes(8, seed=1), name="hooktutor-prediction-06")
     try:
@@ -27,11 +27,20 @@ def _observe_scale_grad() -> dict[str, str]:
     return {name: verdict(after[name], before[name]) for name in WATCHED}
 
 
-scale_grad = Prediction(
+def predict_panel():
+    """Return a dict: for the loss and each gradient bar, 'same' or 'doubled'."""
+    ### BEGIN SOLUTION
+    return {"loss": "same", "features.0": "doubled", "features.4": "doubled",
+            "features.5": "same", "classifier": "same"}
+    ### END SOLUTION
+
+
+exercise = Prediction(
     "hook_lab.scale_grad", "Predict: the panel with scale_grad on features.4",
     task=(f"a dict with the keys {', '.join(map(repr, WATCHED))}; for the loss and for each layer's "
           "gradient bar: 'same' or 'doubled' once scale_grad (scale 2) is on for features.4"),
     answer_name="predict_panel",
+    answer=predict_panel,
     observe=_observe_scale_grad,
     choices=("same", "doubled", "other"),
     hints=["scale_grad puts a tensor hook on features.4's output: the forward pass is untouched.",
@@ -48,10 +57,19 @@ scale_grad = Prediction(
     },
     summary="a gradient hook leaves the forward pass and every later layer alone, and scales the "
             "gradient of its layer and of everything before it.",
+    guide="""(before step 3 of the   tour) the loss doubles (the forward pass is untouched); only the
+    hooked layer's bar doubles (everything before it doubles too); the later layers double
+    (backward reached them before the hook).""",
 )
-scale_grad.wrong("the loss doubles too", dict(zip(WATCHED, ("doubled", "doubled", "doubled", "same", "same"))),
+
+
+exercise.wrong("the loss doubles too", dict(zip(WATCHED, ("doubled", "doubled", "doubled", "same", "same"))),
                  "the loss, is the same")
-scale_grad.wrong("only the hooked layer", dict(zip(WATCHED, ("same", "same", "doubled", "same", "same"))),
+
+
+exercise.wrong("only the hooked layer", dict(zip(WATCHED, ("same", "same", "doubled", "same", "same"))),
                  "comes before features.4")
-scale_grad.wrong("the later layers double", dict(zip(WATCHED, ("same", "same", "doubled", "doubled", "doubled"))),
+
+
+exercise.wrong("the later layers double", dict(zip(WATCHED, ("same", "same", "doubled", "doubled", "doubled"))),
                  "comes after features.4")

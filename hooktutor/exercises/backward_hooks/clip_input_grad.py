@@ -1,0 +1,252 @@
+"""04_backward_hooks, exercise: backward_hooks.clip_input_grad."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.utils.hooks import RemovableHandle
+
+from ...data import blobs
+from ...models import MLP, TwoInputNet
+from .. import kit
+from ..core import Exercise, Tester
+from ._shared import _quiet
+
+
+def clip_input_grad(layer, max_abs):
+    """Attach a hook clamping grad_input to [-max_abs, max_abs]; return its handle."""
+    ### BEGIN SOLUTION
+    def hook(module, grad_input, grad_output):
+        return tuple(None if g is None else g.clamp(-max_abs, max_abs) for g in grad_input)
+
+    return layer.register_full_backward_hook(hook)
+    ### END SOLUTION
+
+
+exercise = Exercise(
+    "backward_hooks.clip_input_grad", "Clip the gradient leaving a layer",
+    task=("write clip_input_grad(layer, max_abs) that attaches a full backward hook to `layer` "
+          "which clamps every entry of grad_input to [-max_abs, max_abs], and returns the hook's "
+          "handle (the caller removes it). The layer's own parameter gradients must not change"),
+    hints=[
+        "A full backward hook that returns something replaces grad_input: return a tuple with one "
+        "entry per entry of grad_input.",
+        "grad_input holds None for an input that is not a tensor (and for every input when none "
+        "requires grad): keep None as None, clamp the others with g.clamp(-max_abs, max_abs).",
+        "Use register_full_backward_hook, not the legacy register_backward_hook: the legacy "
+        "grad_input of a Linear also holds its bias and weight gradients.",
+        "return layer.register_full_backward_hook(hook): the handle is what the caller removes.",
+    ],
+    solution=clip_input_grad,
+    errors={
+        "invalid number of grad_input": (
+            "return a tuple with one entry per entry of grad_input, even when there is only one: "
+            "a bare tensor is read as a sequence of its rows."),
+        "has changed the size of value": (
+            "return a tuple with one entry per entry of grad_input, even when there is only one: "
+            "a bare tensor is read as a sequence of its rows."),
+        "'NoneType' object has no attribute": (
+            "grad_input holds None for inputs that are not tensors (or when no input requires "
+            "grad): keep None entries as None and clamp only the tensors."),
+        "Cannot use both regular backward hooks and full backward hooks": (
+            "a legacy register_backward_hook was attached to this module before; use only "
+            "register_full_backward_hook."),
+    },
+    guide="""returning a tensor instead of a tuple with one entry per entry of `grad_input`; using the
+    legacy `register_backward_hook`, whose `grad_input` of a `Linear` holds the bias and
+    weight gradients, so the layer's own gradients change; clamping `None` entries (keep
+    them `None`).""",
+)
+
+
+def _handle_of(answer: Callable, t: Tester, layer: nn.Module, max_abs: float):
+    handle = answer(layer, max_abs)
+    t.expect_type(handle, RemovableHandle, what="clip_input_grad(layer, max_abs)",
+                  nudge="return the handle that register_full_backward_hook gave you, so that the caller "
+                        "can remove the hook")
+    return handle
+
+
+@exercise.case("fc2 of an MLP: fc1 gets the clipped gradient, fc2's own gradients stay")
+def _(answer, t: Tester) -> None:
+    model = t.track(MLP(seed=2), "the MLP")
+    reference = copy.deepcopy(model)
+    x, _ = blobs(16, seed=2)
+    limit = 0.05
+    # reference: clamp the gradient of fc2's input (act1's output) with a tensor hook
+    hidden = reference.act1(reference.fc1(x))
+    hidden.register_hook(lambda g: g.clamp(-limit, limit))
+    reference.head(reference.act2(reference.fc2(hidden))).sum().backward()
+    upper_only = copy.deepcopy(model)  # what clamp(max=max_abs) alone gives
+    hidden_u = upper_only.act1(upper_only.fc1(x))
+    hidden_u.register_hook(lambda g: g.clamp(max=limit))
+    upper_only.head(upper_only.act2(upper_only.fc2(hidden_u))).sum().backward()
+    with _quiet():
+        handle = _handle_of(answer, t, model.fc2, limit)
+        try:
+            model(x).sum().backward()
+        finally:
+            handle.remove()
+    t.expect_type(model.fc1.weight.grad, torch.Tensor, what="model.fc1.weight.grad",
+                  nudge="no gradient reached fc1: return the clamped grad_input (a detach() or a None "
+                        "where a tensor was cuts the backward pass)")
+    t.expect_close(model.fc2.weight.grad, reference.fc2.weight.grad, what="model.fc2.weight.grad",
+                   nudge="the hooked layer's own weight gradient changed. Change only grad_input, in a "
+                         "full backward hook: the legacy register_backward_hook's grad_input also holds "
+                         "the layer's bias and weight gradients")
+    t.expect_close(model.fc1.weight.grad, reference.fc1.weight.grad, what="model.fc1.weight.grad",
+                   nudge="the layers before fc2 must receive grad_input clamped to [-max_abs, max_abs]: "
+                         "return the clamped tuple from the hook",
+                   wrong={"upper only": (upper_only.fc1.weight.grad, (
+                       "only the upper side was clamped: the negative entries must be clamped to -max_abs "
+                       "too, g.clamp(-max_abs, max_abs)"))})
+
+
+@exercise.case("a module with two tensor inputs a and b, both requiring grad", hidden=True)
+def _(answer, t: Tester) -> None:
+    net = t.track(TwoInputNet(3, seed=3), "the TwoInputNet")
+    a = torch.linspace(-2, 2, 6).reshape(2, 3).requires_grad_()
+    b = torch.ones(2, 3, requires_grad=True)
+    net(a, b, scale=5.0).sum().backward()
+    want_a, want_b = a.grad.clamp(-1.0, 1.0), b.grad.clamp(-1.0, 1.0)
+    a.grad = b.grad = None
+    with _quiet():
+        handle = _handle_of(answer, t, net, 1.0)
+        try:
+            net(a, b, scale=5.0).sum().backward()
+        finally:
+            handle.remove()
+    t.expect_close(a.grad, want_a, what="a.grad", nudge="clamp grad_input[0] too")
+    t.expect_close(b.grad, want_b, what="b.grad",
+                   nudge="grad_input has one entry per positional tensor input, and b's gradient came "
+                         "through unclamped: clamp every entry of grad_input, not just grad_input[0]")
+
+
+@exercise.case("a Linear called twice in one forward: both calls clip", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Twice(seed=5), "the model that calls its block twice")
+    limit = 0.02
+    x = kit.randn(3, 4, seed=5).requires_grad_()
+    # reference: clamp the gradient of each call's input with tensor hooks, no module hook
+    a = x.detach().clone().requires_grad_()
+    a.register_hook(lambda g: g.clamp(-limit, limit))
+    inner = torch.tanh(model.block.forward(a))
+    inner.register_hook(lambda g: g.clamp(-limit, limit))
+    model.out.forward(model.block.forward(inner)).sum().backward()
+    want_x, want_w = a.grad.clone(), model.block.weight.grad.clone()
+    model.zero_grad(set_to_none=True)
+    with _quiet():
+        handle = _handle_of(answer, t, model.block, limit)
+        try:
+            model(x).sum().backward()
+        finally:
+            handle.remove()
+    t.expect_close(x.grad, want_x, what="x.grad",
+                   nudge="the hook fires once per call of the layer: clamp grad_input every time")
+    t.expect_close(model.block.weight.grad, want_w, what="model.block.weight.grad",
+                   nudge="the gradient between the two calls must be clamped too (the hook fires for the "
+                         "second call first), and the layer's own weight gradient comes from those values")
+
+
+@exercise.case("the last conv of a small CNN, on 4-D tensors (N, C, H, W)")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.conv_model(4, seed=6), "the small CNN")
+    reference = copy.deepcopy(model)
+    x = kit.conv_input(4, seed=6)
+    limit = 0.05
+    hidden = reference[1](reference[0](x))
+    hidden.register_hook(lambda g: g.clamp(-limit, limit))
+    reference[2](hidden).sum().backward()
+    with _quiet():
+        handle = _handle_of(answer, t, model[2], limit)
+        try:
+            model(x).sum().backward()
+        finally:
+            handle.remove()
+    t.expect_type(model[0].weight.grad, torch.Tensor, what="model[0].weight.grad",
+                  nudge="no gradient reached the first conv: return the clamped grad_input")
+    t.expect_close(model[0].weight.grad, reference[0].weight.grad, what="model[0].weight.grad",
+                   nudge="the layers before the hooked conv must receive grad_input clamped entry by entry; "
+                         "clamp works on tensors of any shape")
+    t.expect_close(model[2].weight.grad, reference[2].weight.grad, what="model[2].weight.grad",
+                   nudge="the hooked layer's own weight gradient must stay as it was: change only grad_input")
+
+
+@exercise.case("the same module called with b = 0.5, a Python float")
+def _(answer, t: Tester) -> None:
+    net = t.track(TwoInputNet(3, seed=3), "the TwoInputNet")
+    a = torch.linspace(-2, 2, 6).reshape(2, 3).requires_grad_()
+    net(a, 0.5, scale=5.0).sum().backward()
+    want = a.grad.clamp(-1.0, 1.0)
+    a.grad = None
+    with _quiet():
+        handle = _handle_of(answer, t, net, 1.0)
+        try:
+            net(a, 0.5, scale=5.0).sum().backward()
+        finally:
+            handle.remove()
+    t.expect_close(a.grad, want, what="a.grad",
+                   nudge="grad_input is (gradient for a, None): clamp the tensor, keep the None")
+
+
+@exercise.case("the first layer, whose input does not require grad")
+def _(answer, t: Tester) -> None:
+    model = t.track(MLP(seed=6), "the MLP")
+    x, _ = blobs(8, seed=6)
+    model(x).sum().backward()
+    want = model.fc1.weight.grad.clone()
+    model.zero_grad()
+    with _quiet():
+        handle = _handle_of(answer, t, model.fc1, 0.01)
+        try:
+            model(x).sum().backward()
+        finally:
+            handle.remove()
+    t.expect_close(model.fc1.weight.grad, want, what="model.fc1.weight.grad",
+                   nudge="here grad_input is (None,): return (None,) or the tuple unchanged")
+
+
+@exercise.wrong("returns a tensor instead of a tuple", mentions="tuple")
+def _bare_tensor(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        return grad_input[0].clamp(-max_abs, max_abs)
+    return layer.register_full_backward_hook(hook)
+
+
+@exercise.wrong("uses the legacy register_backward_hook", mentions="legacy")
+def _legacy(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        return tuple(None if g is None else g.clamp(-max_abs, max_abs) for g in grad_input)
+    return layer.register_backward_hook(hook)
+
+
+@exercise.wrong("clamps None entries too", mentions="keep None")
+def _forgets_none(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        return tuple(g.clamp(-max_abs, max_abs) for g in grad_input)
+    return layer.register_full_backward_hook(hook)
+
+
+@exercise.wrong("clamps only the upper side: clamp(max=max_abs)", mentions="negative entries")
+def _upper_only(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        return tuple(None if g is None else g.clamp(max=max_abs) for g in grad_input)
+    return layer.register_full_backward_hook(hook)
+
+
+@exercise.wrong("attaches the hook but forgets to return the handle", mentions="None (nothing was returned)")
+def _no_handle(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        return tuple(None if g is None else g.clamp(-max_abs, max_abs) for g in grad_input)
+    layer.register_full_backward_hook(hook)
+
+
+@exercise.wrong("clamps only grad_input[0]", mentions="not just grad_input[0]", hidden=True)
+def _first_only(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        first = None if grad_input[0] is None else grad_input[0].clamp(-max_abs, max_abs)
+        return (first,) + tuple(grad_input[1:])
+    return layer.register_full_backward_hook(hook)

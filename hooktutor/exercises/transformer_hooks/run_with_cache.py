@@ -1,0 +1,217 @@
+"""10_transformer_hooks, exercise: transformer_hooks.run_with_cache."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from ...data import first_token
+from ...inventory import list_hooks
+from .. import kit
+from ..core import Exercise, Tester
+from ._shared import _outputs, _tiny
+
+
+def run_with_cache(model, tokens, names):
+    """(model(tokens), {name: a detached copy of that module's output})."""
+    ### BEGIN SOLUTION
+    cache = {}
+
+    def keep(name):
+        def hook(module, args, output):
+            cache[name] = output.detach().clone()
+        return hook
+
+    handles = [model.get_submodule(name).register_forward_hook(keep(name)) for name in names]
+    try:
+        logits = model(tokens)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return logits, cache
+    ### END SOLUTION
+
+
+def _pair(answer_result: object, t: Tester, what: str) -> tuple:
+    t.expect_type(answer_result, tuple, what=what, nudge="return the pair (logits, cache)")
+    t.expect(len(answer_result) == 2, what=f"len({what})", expected=2, got=len(answer_result),
+             nudge="return the pair (logits, cache)")
+    return answer_result
+
+
+_NESTED = ("a dotted name is a module inside a module: look it up with model.get_submodule(name) "
+           "(named_children() and getattr(model, name) only know the top level)")
+
+
+exercise = Exercise(
+    "transformer_hooks.run_with_cache", "Cache every block's output",
+    task=("write run_with_cache(model, tokens, names) that runs model(tokens) once with a forward hook on "
+          "each module named in `names` (dotted names such as 'blocks.0'), keeps a detached copy of each "
+          "one's output in a dict name -> tensor, removes every hook (also when the model raises) and "
+          "returns (logits, cache)"),
+    hints=[
+        "model.get_submodule('blocks.0') finds a module by its dotted name, at any depth.",
+        "Make one hook per name with a function that takes the name and returns the hook (a lambda in a "
+        "loop would see only the last name): def keep(name): def hook(module, args, output): ...",
+        "Store output.detach().clone(): detach() alone shares memory with the output, which a later in-place "
+        "op (ReLU(inplace=True), +=) overwrites. Remove the handles in a finally: around model(tokens).",
+    ],
+    solution=run_with_cache,
+    answer_name="run_with_cache",
+    errors={"encoder.body.0": _NESTED, "blocks.0": _NESTED},
+    guide="""storing `output.detach()` without a copy (the in-place ReLU after the layer overwrites it);
+    looking modules up with `getattr(model, name)` or `named_children()` (dotted names are
+    nested: `model.get_submodule(name)`); a lambda in a loop (every hook stores under the
+    last name); hooks removed after the call instead of in `finally:`; recording in forward
+    *pre*-hooks (the inputs); `clone()` without `detach()` (the cache keeps the autograd
+    graph alive).""",
+)
+
+
+def _cache_case(answer: Callable, t: Tester, model: nn.Module, tokens: torch.Tensor, names: list[str],
+                what: str, after: Callable[[], None] | None = None) -> dict:
+    want_logits, want = _outputs(model, tokens, names)
+    t.track(model)
+    with kit.HookWitness([(n, model.get_submodule(n)) for n in names]) as witness:
+        logits, cache = _pair(answer(model, tokens, list(names)), t, what)
+    if after is not None:
+        after()
+    t.expect_type(cache, dict, what="the cache", nudge="a dict name -> tensor")
+    t.expect(sorted(cache) == sorted(names), what="the names in the cache", expected=sorted(names),
+             got=sorted(cache), nudge="one entry per name asked for, under that exact (dotted) name")
+    for name in names:
+        t.expect(witness.fired(name, "forward") >= 1, what=f"a forward hook on {name} while the model ran",
+                 expected="one of yours", got="none", nudge=(
+                     "record the outputs with forward hooks on the modules (module.register_forward_hook) during "
+                     "one call of model(tokens)"))
+        t.expect_close(cache[name], want[name], what=f"cache[{name!r}]", nudge=(
+            f"cache[{name!r}] should be what {name} output during model(tokens): a copy, "
+            "output.detach().clone(), taken in a forward hook"))
+    t.expect_close(logits, want_logits, what="the logits", nudge="return what model(tokens) returned")
+    return cache
+
+
+@exercise.case("a TinyTransformer: embed, blocks.0 and blocks.1 (outputs of shape (N, 6, 32))")
+def _(answer, t: Tester) -> None:
+    model = _tiny(3)
+    tokens, _ = first_token(8, seed=3)
+    _cache_case(answer, t, model, tokens, ["embed", "blocks.0", "blocks.1"], "run_with_cache(model, ...)")
+
+
+@exercise.case("a model whose in-place ReLU overwrites the cached layer's output right after it")
+def _(answer, t: Tester) -> None:
+    model = kit.InplaceAfter(seed=4)
+    x = kit.randn(6, 3, seed=4)
+    nudge_copy = ("the ReLU(inplace=True) after lin overwrote what you stored: keep output.detach().clone(), a "
+                  "copy; detach() alone shares memory with the output")
+    want = model.lin.forward(x).detach().clone()
+    overwritten = torch.relu(want)
+    t.track(model)
+    logits, cache = _pair(answer(model, x, ["lin"]), t, "run_with_cache(model, x, ['lin'])")
+    t.expect_type(cache, dict, what="the cache", nudge="a dict name -> tensor")
+    t.expect("lin" in cache, what="the names in the cache", expected=["lin"], got=sorted(cache),
+             nudge="one entry per name asked for")
+    t.expect_close(cache["lin"], want, what="cache['lin']", nudge=nudge_copy,
+                   wrong={"overwritten": (overwritten, nudge_copy)})
+
+
+@exercise.case("a nested model: encoder.body.0, encoder.act and head")
+def _(answer, t: Tester) -> None:
+    model = kit.Nested(seed=5)
+    _cache_case(answer, t, model, kit.randn(4, 4, seed=5), ["encoder.body.0", "encoder.act", "head"],
+                "run_with_cache(nested, ...)")
+
+
+@exercise.case("a model that raises halfway: no hook may stay")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Raising(seed=6), "a model that raises halfway (after fc1)")
+    kit.call_expecting_kit_error(answer, model, torch.zeros(1, 4), ["fc1"])
+    left = [r.path for r in list_hooks(model, include_global=False) if not r.is_pytorch]
+    t.expect(not left, what="hooks left on the model after it raised", expected="none", got=left, nudge=(
+        "model(tokens) raised, and your hooks stayed attached: remove every handle in the `finally:` of a "
+        "try: around model(tokens)"))
+
+
+@exercise.case("the cached tensors hold no autograd graph (a cache kept for long must not hold it)",
+                     hidden=True)
+def _(answer, t: Tester) -> None:
+    model = _tiny(7)
+    tokens, _ = first_token(4, seed=7)
+    cache = _cache_case(answer, t, model, tokens, ["blocks.1"], "run_with_cache(model, ...)")
+    t.expect(not cache["blocks.1"].requires_grad, what="cache['blocks.1'].requires_grad", expected=False,
+             got=True, nudge=("detach() the copy: output.detach().clone(). A clone() alone stays in the autograd "
+                              "graph and keeps every activation of the forward alive with it"))
+
+
+def _hooked(model, tokens, names, store):
+    handles = [model.get_submodule(n).register_forward_hook(store(n)) for n in names]
+    try:
+        return model(tokens)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@exercise.wrong("stores output.detach() without a copy", mentions="detach() alone shares memory")
+def _cache_no_clone(model, tokens, names):
+    cache = {}
+    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.detach()))
+    return logits, cache
+
+
+@exercise.wrong("looks modules up with getattr (top level only)", mentions="get_submodule")
+def _cache_getattr(model, tokens, names):
+    cache = {}
+    handles = [getattr(model, n).register_forward_hook(lambda m, a, o, n=n: cache.__setitem__(n, o.detach().clone()))
+               for n in names]
+    try:
+        return model(tokens), cache
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@exercise.wrong("a lambda in a loop: every hook stores under the last name", mentions="one entry per name")
+def _cache_late_binding(model, tokens, names):
+    cache = {}
+    handles = []
+    for name in names:
+        handles.append(model.get_submodule(name).register_forward_hook(
+            lambda m, a, o: cache.__setitem__(name, o.detach().clone())))
+    try:
+        return model(tokens), cache
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@exercise.wrong("removes the hooks after the call, not in finally:", mentions="finally:")
+def _cache_no_finally(model, tokens, names):
+    cache = {}
+    handles = [model.get_submodule(n).register_forward_hook(
+        lambda m, a, o, n=n: cache.__setitem__(n, o.detach().clone())) for n in names]
+    logits = model(tokens)
+    for h in handles:
+        h.remove()
+    return logits, cache
+
+
+@exercise.wrong("records in forward pre-hooks (the inputs, not the outputs)", mentions="forward hooks")
+def _cache_pre_hooks(model, tokens, names):
+    cache = {}
+    handles = [model.get_submodule(n).register_forward_pre_hook(
+        lambda m, args, n=n: cache.__setitem__(n, args[0].detach().clone())) for n in names]
+    try:
+        return model(tokens), cache
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@exercise.wrong("clone() without detach()", mentions="detach() the copy", hidden=True)
+def _cache_no_detach(model, tokens, names):
+    cache = {}
+    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.clone()))
+    return logits, cache
