@@ -12,7 +12,12 @@ from hooktutor.exercises.core import Tester as CaseTester
 
 EXERCISES = mutation.mutable_exercises()
 
+# The list of equivalent mutants is exact for the pinned torch: on another release a mutant of a
+# branch that only older torches take (a private registration) behaves differently.
+course_env = pytest.mark.course_env
 
+
+@course_env
 @pytest.mark.parametrize("key", sorted(EXERCISES))
 def test_every_mutant_of_the_solution_is_killed_or_listed_as_equivalent(key):
     exercise = EXERCISES[key]

@@ -51,7 +51,8 @@ each is a way a mutant of a solution, or a learner, got through a check that lac
     parameter trains is caught.
 ``left_as_found``
     :class:`LeftAsFound`: train/eval mode of every module, ``requires_grad`` of every
-    parameter, the grad mode, and the hooks of an optimizer are as they were after the answer.
+    parameter, whether each parameter has a ``.grad``, the grad mode, and the hooks of an
+    optimizer are as they were after the answer.
 
 Every builder takes a ``seed`` and leaves the global random state alone; every model is
 tiny (a few dozen weights), so a check built from them stays far under its time budget.
@@ -512,6 +513,7 @@ class LeftAsFound:
     def _state(self) -> dict[str, Any]:
         state: dict[str, Any] = {f"{n or 'the model'}.training": m.training for n, m in self.model.named_modules()}
         state.update({f"{n}.requires_grad": p.requires_grad for n, p in self.model.named_parameters()})
+        state.update({f"{n}.grad is None": p.grad is None for n, p in self.model.named_parameters()})
         state["torch.is_grad_enabled()"] = torch.is_grad_enabled()
         if self.optimizer is not None:
             state["hooks on the optimizer"] = hook_count(self.optimizer)
@@ -531,6 +533,7 @@ class LeftAsFound:
             self.t.expect(False, what=f"{first} after your answer ran on {self.name}", expected=self.before[first],
                           got=after[first], nudge=(
                               "leave what you were given as you found it: restore train()/eval(), "
-                              "requires_grad and the grad mode you changed (in a finally: block), and "
+                              "requires_grad and the grad mode you changed (in a finally: block), clear "
+                              "the .grad your backward() filled (model.zero_grad(set_to_none=True)), and "
                               "remove the hooks you put on the optimizer"))
 

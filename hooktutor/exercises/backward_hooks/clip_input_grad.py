@@ -250,3 +250,21 @@ def _first_only(layer, max_abs):
         first = None if grad_input[0] is None else grad_input[0].clamp(-max_abs, max_abs)
         return (first,) + tuple(grad_input[1:])
     return layer.register_full_backward_hook(hook)
+
+
+@exercise.case("the last layer, a Flatten, whose grad_input comes straight from .sum() (an expanded tensor)")
+def _(answer, t: Tester) -> None:
+    model = t.track(nn.Sequential(nn.Linear(3, 4), nn.Flatten()), "a Linear followed by a Flatten")
+    with torch.no_grad():
+        model[0].weight.copy_(torch.linspace(-1, 1, 12).reshape(4, 3))
+    x = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]])
+    with _quiet():
+        handle = _handle_of(answer, t, model[1], 0.5)
+        try:
+            model(x).sum().backward()
+        finally:
+            handle.remove()
+    # every gradient entry is 1.0, clamped to 0.5: fc's weight gradient is 0.5 * the column sums of x
+    t.expect_close(model[0].weight.grad, 0.5 * x.sum(0).expand(4, 3), what="model[0].weight.grad", nudge=(
+        "the gradient the layer receives from .sum() is an expanded tensor (every entry shares one "
+        "memory location): return new tensors (g.clamp(...)), never edit grad_input in place (g.clamp_)"))

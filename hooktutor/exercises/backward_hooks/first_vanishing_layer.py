@@ -74,6 +74,12 @@ exercise = Exercise(
         "handles in a finally: block.",
     ],
     solution=first_vanishing_layer,
+    equivalent_mutants={
+        "hook-kind@8: register_full_backward_hook -> register_backward_hook": (
+            "only grad_output is read, and the legacy hook's grad_output is the gradient of the "
+            "module's output too (its grad_input is what it gets wrong)"),
+        "number@9: 0 -> -1": "grad_output of a Linear holds one tensor: go[0] is go[-1]",
+    },
     errors={"'NoneType' object has no attribute": (
         "grad_input[0] is None for the first layer when x does not require grad; measure "
         "grad_output[0], the gradient with respect to the layer's output.")},
@@ -244,3 +250,19 @@ def _reversed_definition_order(model, x, threshold):
             h.remove()
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     return next((n for n in reversed(names) if norms[n] < threshold), None)
+
+
+@exercise.case("a dead layer whose gradient is exactly 0, with threshold 0: nothing is below 0")
+def _(answer, t: Tester) -> None:
+    with seeded(6):
+        model = nn.Sequential(OrderedDict(fc1=nn.Linear(8, 4), act1=nn.ReLU(), fc2=nn.Linear(4, 4),
+                                          act2=nn.ReLU(), head=nn.Linear(4, 1)))
+    with torch.no_grad():
+        model.fc2.bias.fill_(-100.0)   # act2 is 0 everywhere: fc2 and fc1 get a gradient of exactly 0
+    t.track(model, "a model with a dead layer")
+    x, _ = blobs(8, seed=6)
+    with _quiet():
+        got = answer(model, x, 0.0)
+    t.expect(got is None, what="first_vanishing_layer(model, x, threshold=0.0)", expected=None, got=got,
+             nudge="a norm of exactly 0 is not below a threshold of 0: compare with norm < threshold, "
+                   "strictly")

@@ -56,6 +56,13 @@ exercise = Exercise(
         "Run the forward and backward in try: and remove every handle in finally:.",
     ],
     solution=output_grad_norms,
+    equivalent_mutants={
+        "number@8: 0 -> -1": "grad_output of a Linear holds one tensor: grad_output[0] is grad_output[-1]",
+        "hook-kind@14: register_full_backward_hook -> register_backward_hook": (
+            "only grad_output is read, and the legacy hook's grad_output is the gradient of "
+            "the module's output too (its grad_input is what it gets wrong)"
+        ),
+    },
     errors={
         "'NoneType' object has no attribute": (
             "grad_input[0] is None for the first layer when x does not require grad. The gradient "

@@ -54,6 +54,13 @@ exercise = Exercise(
         "and remove them all in the finally: of the try that runs the model.",
     ],
     solution=first_nonfinite,
+    equivalent_mutants={
+        "grad-mode@17: with no_grad(...): -> <the body alone>": (
+            "grad mode changes no value that the forward hooks test; no_grad() only saves "
+            "memory"
+        ),
+        "number@20: 0 -> -1": "the exception carries one argument: args[0] is args[-1]",
+    },
     errors={"not tuple": (
         "a module (here an nn.LSTM) returned a tuple, not a tensor: test isinstance(output, torch.Tensor) "
         "before torch.isfinite(output), and skip the other outputs")},

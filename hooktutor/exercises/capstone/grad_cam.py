@@ -53,6 +53,17 @@ exercise = Exercise(
         "finally: right after the forward pass.",
     ],
     solution=grad_cam,
+    equivalent_mutants={
+        "copy@8: .detach() -> <dropped>": (
+            "a gradient that reaches a hook does not require grad (no create_graph here), and "
+            "autograd never writes into it after the hook ran, so the copy changes no value"
+        ),
+        "inplace@18: .relu( -> .relu_(": (
+            "F.relu_ works on the fresh tensor the weighted sum just made, which nothing else "
+            "holds"
+        ),
+        "keep-state@4: saved = {} (a fresh one per call) -> saved kept across calls": "every call writes both entries before it reads them",
+    },
     guide="""forgetting the final ReLU; summing the activation maps without weighting each channel by its
     mean gradient; differentiating the sum of all logits instead of each image's target
     class (`logits[torch.arange(N), target].sum()`); leaving the forward hook attached.""",

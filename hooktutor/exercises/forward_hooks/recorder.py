@@ -53,6 +53,16 @@ exercise = Exercise(
         "so that an error raised inside the with block still reaches the caller.",
     ],
     solution=Recorder,
+    equivalent_mutants={
+        "drop@22: self.handles.clear() -> <dropped>": (
+            "the handles are removed first; removing a removed handle again (the next "
+            "__exit__) does nothing"
+        ),
+        "early-return@22: __exit__: before `self.handles.clear()` -> return None": (
+            "__exit__ returns None instead of False, which also lets the error through; the "
+            "handles were removed before it"
+        ),
+    },
     answer_name="Recorder",
     errors={"'encoder.body.0'": (
         "model.named_children() (or model[i]) lists only the top-level children; a layer inside a "

@@ -49,6 +49,32 @@ exercise = Exercise(
         "Modules that were not in-place before must stay that way: do not switch everything to True.",
     ],
     solution=grad_output_with_inplace_off,
+    equivalent_mutants={
+        "hook-kind@8: register_full_backward_hook -> register_backward_hook": (
+            "only grad_output is read, and the legacy hook's grad_output is the gradient of "
+            "the module's output too (its grad_input is what it gets wrong)"
+        ),
+        "copy@9: .clone() -> <dropped>": (
+            "a gradient that reaches a hook does not require grad (no create_graph here), and "
+            "autograd never writes into it after the hook ran, so the copy changes no value"
+        ),
+        "copy@9: .clone() -> .detach()": (
+            "a gradient that reaches a hook does not require grad (no create_graph here), and "
+            "autograd never writes into it after the hook ran, so the copy changes no value"
+        ),
+        "copy@9: .detach() -> <dropped>": (
+            "a gradient that reaches a hook does not require grad (no create_graph here), and "
+            "autograd never writes into it after the hook ran, so the copy changes no value"
+        ),
+        "number@9: 0 -> -1": (
+            "grad_output of the hooked module holds one tensor: grad_output[0] is "
+            "grad_output[-1]"
+        ),
+        "keep-state@5: seen = {} (a fresh one per call) -> seen kept across calls": (
+            "every call writes seen['grad'] before it reads it, so an entry from an earlier "
+            "call is never returned"
+        ),
+    },
     errors={"BackwardHookFunction": (
         "a module after the hooked layer was still in-place, and it may not modify the BackwardHookFunction "
         "view that a full backward hook puts on the layer's output: switch off every module whose inplace "

@@ -54,6 +54,24 @@ exercise = Exercise(
         "follows the tensor to its latest (rectified) version. Use register_hook.",
     ],
     solution=pre_relu_grad,
+    equivalent_mutants={
+        "copy@8: .clone() -> <dropped>": (
+            "a gradient that reaches a hook does not require grad (no create_graph here), and "
+            "autograd never writes into it after the hook ran, so the copy changes no value"
+        ),
+        "copy@8: .clone() -> .detach()": (
+            "a gradient that reaches a hook does not require grad (no create_graph here), and "
+            "autograd never writes into it after the hook ran, so the copy changes no value"
+        ),
+        "copy@8: .detach() -> <dropped>": (
+            "a gradient that reaches a hook does not require grad (no create_graph here), and "
+            "autograd never writes into it after the hook ran, so the copy changes no value"
+        ),
+        "keep-state@4: seen = {} (a fresh one per call) -> seen kept across calls": (
+            "every call writes seen['grad'] before it reads it, so an entry from an earlier "
+            "call is never returned"
+        ),
+    },
     errors={"BackwardHookFunction": _BACKWARD_HOOK_NUDGE},
     guide="""a full backward hook on that layer (the "BackwardHookFunction is a view and is being
     modified inplace" error, raised in the *forward* pass); a tensor hook registered after

@@ -41,6 +41,12 @@ exercise = Exercise(
         "[p.register_post_accumulate_grad_hook(step) for p in ... if p.requires_grad].",
     ],
     solution=attach_sgd,
+    equivalent_mutants={
+        "grad-mode@5: with no_grad(...): -> <the body alone>": (
+            "a post-accumulate-grad hook runs inside backward(), where grad mode is off "
+            "unless create_graph=True, so no_grad() changes nothing there"
+        ),
+    },
     errors={
         "doesn't require gradient": (
             "a frozen parameter (requires_grad=False) cannot take a hook: register only on "

@@ -35,6 +35,12 @@ exercise = Exercise(
         "tensor or shared with other branches.",
     ],
     solution=clip_hook,
+    equivalent_mutants={
+        "compare@6: norm > max_norm -> norm >= max_norm": (
+            "at norm == max_norm the rescaled gradient is grad * 1.0, the same values as "
+            "keeping it"
+        ),
+    },
     errors={
         "more than one element of the written-to tensor": (
             "your hook edited the gradient in place, and this gradient is an expanded tensor "

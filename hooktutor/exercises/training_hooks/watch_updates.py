@@ -46,6 +46,20 @@ exercise = Exercise(
         "log every name, even one whose parameter got no gradient (its update is 0).",
     ],
     solution=watch_updates,
+    equivalent_mutants={
+        "copy@9: .detach() -> <dropped>": (
+            "the snapshot is internal and only the ratio, a float, leaves the hooks; a clone "
+            "with autograd history changes no logged value"
+        ),
+        "copy@13: .detach() -> <dropped>": (
+            "the update is reduced to a float at once; autograd history on it changes no "
+            "logged value"
+        ),
+        "keep-state@5: before = {} (a fresh one per call) -> before kept across calls": (
+            "the pre-hook writes before[name] for every watched parameter before the post- "
+            "hook reads it"
+        ),
+    },
     guide="""keeping references instead of copies in the pre-hook (every ratio is 0); `lr * ||grad||`
     instead of the update (wrong with momentum and Adam); dividing by the weights after the
     step; copying the weights once instead of before every step; skipping parameters that
