@@ -169,10 +169,11 @@ class CheckReport:
     """The outcome of ``Exercise.check``: ``bool(report)`` / ``report.passed`` says whether
     every case passed; it prints (and renders in HTML) what went wrong and why."""
 
-    def __init__(self, exercise: "Exercise", results: list[CaseResult], note: str = ""):
+    def __init__(self, exercise: "Exercise", results: list[CaseResult], note: str = "", total: int | None = None):
         self.exercise = exercise
         self.results = results
         self.note = note
+        self.total = len(results) if total is None else total   # the cases there were to run
 
     @property
     def passed(self) -> bool:
@@ -192,7 +193,7 @@ class CheckReport:
 
     def _lines(self) -> list[tuple[str, str]]:
         ex = self.exercise
-        n = len(self.results)
+        n = self.total
         if self.passed:
             return [("title", f"✔ {ex.title}: correct, all {n} checks pass.")]
         if self.note and not self.results:
@@ -484,7 +485,7 @@ class Exercise:
             remove_global_hooks(only=leaked)
             note = (f"{len(leaked)} global module hook(s) stayed registered; they fire for every "
                     "model in the notebook. Remove them with handle.remove() (it has been done for you).")
-        return CheckReport(self, results, note)
+        return CheckReport(self, results, note, total=len(todo))
 
     def grade(self, answer: Any, *, hidden: bool | None = None) -> None:
         """Show the same report as :meth:`check`, and fail the cell unless the answer passes.

@@ -504,7 +504,9 @@ def freeze(model: nn.Module, *names: str) -> nn.Module:
 class LeftAsFound:
     """Around the answer: ``with LeftAsFound(t, model, optimizer=opt): answer(...)`` fails the
     case when the answer leaves a module in another train/eval mode, a parameter with another
-    ``requires_grad``, the grad mode switched, or another number of hooks on the optimizer."""
+    ``requires_grad`` or a ``.grad`` it did not have, the grad mode switched, or another number of
+    hooks on the optimizer. To check the result first: ``found = LeftAsFound(...).__enter__()``,
+    the answer, the result's checks, then ``found.expect_as_found()``."""
 
     def __init__(self, t: Any, model: nn.Module, *, optimizer: torch.optim.Optimizer | None = None,
                  name: str = "the model") -> None:
@@ -524,8 +526,12 @@ class LeftAsFound:
         return self
 
     def __exit__(self, kind: Any, *exc: Any) -> None:
-        if kind is not None:
-            return
+        if kind is None:
+            self.expect_as_found()
+
+    def expect_as_found(self) -> None:
+        """Fail the case if something differs from when the block was entered (call it after the
+        checks of the answer's result, to report a wrong result first)."""
         after = self._state()
         changed = [k for k in self.before if after.get(k) != self.before[k]]
         if changed:

@@ -17,7 +17,8 @@ def dead_channels(model, layer, run):
 
     def watch(module, args, output):
         nonlocal alive
-        fired = (output.detach() > 0).any(dim=0).flatten(1).any(dim=1)   # one bool per channel
+        per_channel = (output.detach() > 0).transpose(0, 1).flatten(1)   # (C, everything else)
+        fired = per_channel.any(dim=1)                                    # one bool per channel
         alive = fired if alive is None else alive | fired
 
     handle = layer.register_forward_hook(watch)
@@ -39,17 +40,25 @@ exercise = Exercise(
           "example, any position or any call. Remove the hook even if run() raises"),
     hints=[
         "Keep one boolean per channel, `alive`, outside the hook; in the hook compute which "
-        "channels fired in this call: (output > 0).any(dim=0) gives (C, H, W), then reduce H and W.",
+        "channels fired in this call: put the channels first, (output > 0).transpose(0, 1), and "
+        "reduce everything else (batch, positions) with .flatten(1).any(dim=1).",
         "Combine calls with alive = alive | fired_now: a channel that fired in any call is alive. "
         "Overwriting it keeps only the last call.",
         "Attach with handle = layer.register_forward_hook(watch), call run() inside try:, and "
         "handle.remove() in finally:. Return [int(c) for c in torch.nonzero(~alive).flatten()].",
     ],
     solution=dead_channels,
+    equivalent_mutants={
+        "inplace@8: .transpose( -> .transpose_(": (
+            "it transposes the fresh bool tensor (output > 0) in place, which nothing else "
+            "holds"
+        ),
+        "copy@8: .detach() -> <dropped>": "(output > 0) is a bool tensor, which never holds autograd history",
+    },
     errors={"Dimension out of range": (
-        "the layer's output may have any number of dimensions: (N, C, L) for a Conv1d, (N, C, H, W) for a "
-        "Conv2d. Reduce every dimension but the channel dimension 1, for example "
-        "(output > 0).any(dim=0).flatten(1).any(dim=1)")},
+        "the layer's output may have any number of dimensions: (N, C) after a Linear, (N, C, L) for a "
+        "Conv1d, (N, C, H, W) for a Conv2d. Reduce every dimension but the channel dimension 1, for "
+        "example (output > 0).transpose(0, 1).flatten(1).any(dim=1)")},
     guide="""keeping only the last call (combine calls with `alive = alive | fired`); looking at the
     first example of each batch only; removing the hook after `run()` but not in a
     `finally:`.""",
@@ -185,7 +194,7 @@ def _dead_last_call(model, layer, run):
     seen = {}
 
     def watch(module, args, output):
-        seen["alive"] = (output > 0).any(dim=0).flatten(1).any(dim=1)
+        seen["alive"] = (output > 0).transpose(0, 1).flatten(1).any(dim=1)
 
     with layer.register_forward_hook(watch):
         run()
@@ -212,7 +221,7 @@ def _dead_no_finally(model, layer, run):
 
     def watch(module, args, output):
         nonlocal alive
-        fired = (output > 0).any(dim=0).flatten(1).any(dim=1)
+        fired = (output > 0).transpose(0, 1).flatten(1).any(dim=1)
         alive = fired if alive is None else alive | fired
 
     handle = layer.register_forward_hook(watch)
@@ -252,5 +261,32 @@ def _dead_decides_later(model, layer, run):
         run()
     finally:
         handle.remove()
-    alive = torch.stack([(o > 0).any(dim=0).flatten(1).any(dim=1) for o in outputs]).any(dim=0)
+    alive = torch.stack([(o > 0).transpose(0, 1).flatten(1).any(dim=1) for o in outputs]).any(dim=0)
     return [int(c) for c in torch.nonzero(~alive).flatten()]
+
+
+@exercise.case("a Linear followed by a ReLU: outputs of shape (N, C), two units that never fire")
+def _(answer, t: Tester) -> None:
+    with seeded(13):
+        model = nn.Sequential(nn.Linear(4, 5), nn.ReLU())
+    with torch.no_grad():
+        model[0].bias[[1, 4]] = -50.0   # units 1 and 4 can never fire
+    t.track(model, "a Linear -> ReLU model")
+    xs = [kit.randn(3, 4, seed=s) for s in (13, 14)]
+    got = answer(model, model[1], lambda: [model(x) for x in xs])
+    _expect_dead(t, got, [1, 4], "dead_channels(model, model[1], run)",
+                 "a Linear's output is (N, C): the channels are dimension 1 there too; reduce every "
+                 "dimension but dimension 1, whatever the number of dimensions")
+
+
+@exercise.case("a batch of 2 examples and 4 channels: the batch is not the channel dimension", hidden=True)
+def _(answer, t: Tester) -> None:
+    with seeded(15):
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    with torch.no_grad():
+        model[0].weight.zero_()
+        model[0].bias.copy_(torch.tensor([1.0, -1.0, -1.0, 1.0]))   # channels 1 and 2 never fire
+    t.track(model, "a Linear -> ReLU model")
+    got = answer(model, model[1], lambda: model(torch.ones(2, 3)))
+    _expect_dead(t, got, [1, 2], "dead_channels(model, model[1], run)",
+                 "look at dimension 1 (the channels), over every example of the batch (dimension 0)")

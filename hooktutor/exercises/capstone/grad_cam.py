@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...inventory import list_hooks
 from ...models import seeded, set_inplace
 from .. import kit
 from ..core import Exercise, Tester
@@ -40,7 +41,8 @@ exercise = Exercise(
     task=("write grad_cam(model, layer, x, target) that returns the Grad-CAM of `layer` for "
           "class target[i] of each image x[i]: a tensor (N, h, w) at the layer's resolution, "
           "relu(sum over channels k of mean_hw(grad_k) * activation_k), using a forward hook "
-          "that registers a tensor hook on the layer's output; leave no hook attached. The layer may "
+          "that registers a tensor hook on the layer's output; leave no hook attached and no .grad on "
+          "the model's parameters, and return a map that holds no autograd graph. The layer may "
           "be followed by an in-place op (a ReLU(inplace=True)): keep a copy of its output that the "
           "op cannot change"),
     hints=[
@@ -62,7 +64,8 @@ exercise = Exercise(
             "F.relu_ works on the fresh tensor the weighted sum just made, which nothing else "
             "holds"
         ),
-        "keep-state@4: saved = {} (a fresh one per call) -> saved kept across calls": "every call writes both entries before it reads them",
+        "keep-state@4: saved = {} (a fresh one per call) -> saved kept across calls": (
+            "every call writes both entries before it reads them"),
     },
     guide="""forgetting the final ReLU; summing the activation maps without weighting each channel by its
     mean gradient; differentiating the sum of all logits instead of each image's target
@@ -122,6 +125,7 @@ def _check_grad_cam(answer, t: Tester, model: nn.Sequential, layer: nn.Module, x
     wrong["overwritten"] = (F.relu((weights * act.clamp(min=0)).sum(dim=1)),
                             "the activation you kept was overwritten by the in-place ReLU that follows the "
                             "layer: output.detach() shares its memory; keep output.detach().clone()")
+    found = kit.LeftAsFound(t, model).__enter__()
     got = answer(model, layer, x, target)
     if isinstance(got, torch.Tensor) and got.shape != expected.shape and got.dim() == 4 and got.shape[1] == 1:
         t.expect(False, what=what, expected=expected, got=got,
@@ -130,6 +134,8 @@ def _check_grad_cam(answer, t: Tester, model: nn.Sequential, layer: nn.Module, x
     t.expect_close(got, expected, what=what, atol=1e-5, wrong=wrong,
                    nudge="compare with the three steps: mean gradient per channel, weighted sum "
                          "of the activation maps, ReLU")
+    kit.expect_detached(t, got, what=what)
+    found.expect_as_found()
 
 
 @exercise.case("a small CNN with global average pooling, the last ReLU, one class per image")
@@ -181,73 +187,64 @@ def _(answer, t: Tester) -> None:
                     "grad_cam(model, model.body.block[0], x, target=[2, 0, 1])")
 
 
-@exercise.wrong("forgets the ReLU", mentions="ReLU")
-def _cam_no_relu(model, layer, x, target):
-    saved = {}
+def _cam(*, relu=True, weighted=True, target_only=True, remove="finally", copy=True, keepdim=False):
+    """One factory for the near-copy wrong answers: each keyword is one way to get Grad-CAM half
+    right (no ReLU, no gradient weights, every class's score, a hook removed without finally or
+    never, a bare detach() of the activation, the channel dimension kept)."""
+    def answer(model, layer, x, target):
+        saved = {}
 
-    def keep(module, args, output):
-        saved["act"] = output.detach()
-        output.register_hook(lambda g: saved.__setitem__("grad", g))
+        def keep(module, args, output):
+            saved["act"] = output.detach().clone() if copy else output.detach()
+            output.register_hook(lambda g: saved.__setitem__("grad", g.detach()))
 
-    with layer.register_forward_hook(keep):
-        logits = model(x)
-    logits[torch.arange(len(x)), target].sum().backward()
-    return (saved["grad"].mean(dim=(2, 3))[:, :, None, None] * saved["act"]).sum(dim=1)
-
-
-@exercise.wrong("sums the activation maps without gradient weights", mentions="weight each channel")
-def _cam_unweighted(model, layer, x, target):
-    saved = {}
-    with layer.register_forward_hook(lambda m, a, o: saved.__setitem__("act", o.detach())):
-        model(x)
-    return F.relu(saved["act"].sum(dim=1))
-
-
-@exercise.wrong("explains the sum of all classes", mentions="target class")
-def _cam_all_classes(model, layer, x, target):
-    saved = {}
-
-    def keep(module, args, output):
-        saved["act"] = output.detach()
-        output.register_hook(lambda g: saved.__setitem__("grad", g))
-
-    with layer.register_forward_hook(keep):
-        logits = model(x)
-    logits.sum().backward()
-    return F.relu((saved["grad"].mean(dim=(2, 3))[:, :, None, None] * saved["act"]).sum(dim=1))
+        handle = layer.register_forward_hook(keep)
+        if remove == "finally":
+            try:
+                logits = model(x)
+            finally:
+                handle.remove()
+        else:
+            logits = model(x)
+            if remove == "after":
+                handle.remove()
+        score = logits[torch.arange(len(x)), target].sum() if target_only else logits.sum()
+        score.backward()
+        model.zero_grad(set_to_none=True)
+        weights = saved["grad"].mean(dim=(2, 3)) if weighted else torch.ones(saved["act"].shape[:2])
+        cam = (weights[:, :, None, None] * saved["act"]).sum(dim=1, keepdim=keepdim)
+        return F.relu(cam) if relu else cam
+    return answer
 
 
-@exercise.wrong("leaves the forward hook attached", mentions="still attached")
-def _cam_leaky(model, layer, x, target):
-    saved = {}
-
-    def keep(module, args, output):
-        saved["act"] = output.detach()
-        output.register_hook(lambda g: saved.__setitem__("grad", g))
-
-    layer.register_forward_hook(keep)
-    logits = model(x)
-    logits[torch.arange(len(x)), target].sum().backward()
-    return F.relu((saved["grad"].mean(dim=(2, 3))[:, :, None, None] * saved["act"]).sum(dim=1))
+exercise.wrong("forgets the ReLU", mentions="ReLU")(_cam(relu=False))
+exercise.wrong("sums the activation maps without gradient weights", mentions="weight each channel")(
+    _cam(weighted=False))
+exercise.wrong("explains the sum of all classes", mentions="target class")(_cam(target_only=False))
+exercise.wrong("leaves the forward hook attached", mentions="still attached")(_cam(remove="never"))
+exercise.wrong("keeps the channel dimension: (N, 1, h, w)", mentions="without keepdim")(_cam(keepdim=True))
+exercise.wrong("keeps output.detach() without clone", mentions="overwritten by the in-place ReLU",
+               hidden=True)(_cam(copy=False))
 
 
-@exercise.wrong("keeps the channel dimension: (N, 1, h, w)", mentions="without keepdim")
-def _cam_keepdim(model, layer, x, target):
-    return grad_cam(model, layer, x, target).unsqueeze(1)
+class _RaisesAfter(nn.Module):
+    """A conv, then an error: what a model that fails halfway does to a hook on the conv."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with seeded(12):
+            self.conv = nn.Conv2d(1, 2, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.conv(x)
+        raise kit.KitError("the model failed after its conv")
 
 
-@exercise.wrong("keeps output.detach() without clone", mentions="overwritten by the in-place ReLU", hidden=True)
-def _cam_bare_detach(model, layer, x, target):
-    saved = {}
-
-    def keep(module, args, output):
-        saved["act"] = output.detach()
-        output.register_hook(lambda g: saved.__setitem__("grad", g.detach()))
-
-    handle = layer.register_forward_hook(keep)
-    try:
-        logits = model(x)
-    finally:
-        handle.remove()
-    logits[torch.arange(len(x)), target].sum().backward()
-    return F.relu((saved["grad"].mean(dim=(2, 3))[:, :, None, None] * saved["act"]).sum(dim=1))
+@exercise.case("a model that raises after the hooked conv: no hook may stay", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_RaisesAfter(), "a model that raises after its conv")
+    kit.call_expecting_kit_error(answer, model, model.conv, torch.ones(1, 1, 4, 4), torch.tensor([0]))
+    left = [r for r in list_hooks(model) if not r.is_pytorch]
+    t.expect(not left, what="hooks left on the model after it raised", expected="none", got=f"{len(left)} hook(s)",
+             nudge="model(x) raised and your forward hook stayed: remove it in the finally: block of a try: "
+                   "around model(x)")

@@ -232,3 +232,17 @@ def _leaky_calls(model, x, layer):
         (tuple(_copy(a) for a in args), {k: _copy(v) for k, v in kwargs.items()})), with_kwargs=True)
     model(x)
     return calls
+
+
+@exercise.case("what is kept holds no autograd graph (the input of fc2 requires grad)")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Nested(seed=8), "a nested model")
+    layer = model.encoder.body[2]
+    calls = answer(model, kit.randn(2, 4, seed=8), layer)
+    t.expect_type(calls, list, what="calls_of(model, x, layer)", nudge="a list with one (args, kwargs) per call")
+    t.expect(len(calls) == 1, what="len(calls)", expected=1, got=len(calls), nudge="one entry per call of layer")
+    t.expect_type(calls[0], tuple, what="calls[0]", nudge="a pair (args, kwargs)")
+    args = calls[0][0] if calls[0] else None
+    t.expect_type(args, tuple, what="calls[0][0], the positional arguments", nudge="args as the hook got them")
+    for i, value in enumerate(args):
+        kit.expect_detached(t, value, what=f"calls[0][0][{i}]")

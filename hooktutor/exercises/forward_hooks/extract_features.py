@@ -272,3 +272,11 @@ def _no_finally(model, x, names):
     for h in handles:
         h.remove()
     return features
+
+
+@exercise.case("what is kept holds no autograd graph (fc1's output requires grad)")
+def _(answer, t: Tester) -> None:
+    model = t.track(MLP(seed=7), "the MLP")
+    got = _expect_feature_dict(t, answer(model, kit.randn(2, 8, seed=7), ["fc1"]), ["fc1"])
+    for i, value in enumerate(got["fc1"]):
+        kit.expect_detached(t, value, what=f"features['fc1'][{i}]")

@@ -242,3 +242,14 @@ class _RemovesAll(Recorder):
         remove_hooks(self.model)
         self.handles.clear()
         return False
+
+
+@exercise.case("what is kept holds no autograd graph (fc1's output requires grad)")
+def _(answer, t: Tester) -> None:
+    model = t.track(MLP(seed=9), "the MLP")
+    outputs = _record(t, answer, model, kit.randn(2, 8, seed=9), ["fc1"])
+    t.expect_type(outputs, dict, what="rec.outputs", nudge="a dict name -> list of copies")
+    kept = outputs.get("fc1")
+    t.expect_type(kept, list, what="rec.outputs['fc1']", nudge="a list with a copy of each call's output")
+    for i, value in enumerate(kept):
+        kit.expect_detached(t, value, what=f"rec.outputs['fc1'][{i}]")

@@ -143,6 +143,7 @@ def _records_case(answer: Callable, t: Tester, build: Callable[[], nn.Module], x
             # (an in-place ReLU after a bare detach()) differs by 1e-1 and more
             t.expect_close(a, b, what=f"{what}[{name!r}][{i}]", atol=1e-6, rtol=1e-5, nudge=(
                 "store output.detach().clone(): an in-place operation after the call changes a bare detach()"))
+            kit.expect_detached(t, a, what=f"{what}[{name!r}][{i}]")
 
 
 @exercise.case("non-reentrant checkpoint over Linear, ReLU(inplace=True), Linear, Tanh")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
@@ -44,6 +45,9 @@ exercise = Exercise(
         "In fn: norms.append(torch.stack([g.pow(2).sum() for g in grads if g is not None]).sum().sqrt().item()).",
     ],
     solution=watch_grad_norm,
+    equivalent_mutants={
+        "inplace@8: .sqrt( -> .sqrt_(": "sqrt_ works on the fresh sum of squares, which nothing else holds",
+    },
     errors={"'NoneType' object has no attribute": _NONE_NUDGE, "unsupported operand type(s)": _NONE_NUDGE},
     guide="""a tensor hook per tensor (one entry per tensor, not per pass); reading `.grad` (it adds up
     over passes without `zero_grad()`); `mode="any"` (one gradient only; a `TypeError`
@@ -183,3 +187,23 @@ def _none_crash(tensors):
     norms = []
     return norms, register_multi_grad_hook(
         tensors, lambda grads: norms.append(torch.stack([g.pow(2).sum() for g in grads]).sum().sqrt().item()))
+
+
+@exercise.case("the hook only watches: every .grad after the pass is what backward() alone gives")
+def _(answer, t: Tester) -> None:
+    model = MLP(seed=28)
+    reference = copy.deepcopy(model)
+    x = kit.randn(3, 8, seed=28)
+    reference(x).pow(2).sum().backward()
+    got = answer(list(model.parameters()))
+    t.expect_type(got, tuple, what="watch_grad_norm(parameters)", nudge="return (norms, handle)")
+    norms, handle = got
+    try:
+        model(x).pow(2).sum().backward()
+    finally:
+        if hasattr(handle, "remove"):
+            handle.remove()
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        t.expect_close(p.grad, q.grad, what=f"{name}.grad", nudge=(
+            "the hook changed the gradients it was given: compute the norm from g.pow(2) (a new tensor), "
+            "never g.pow_(2) or another in-place op on a gradient"))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from .. import kit
 from ..core import Exercise, Tester
 from ._shared import _loss, _mlp, _nested, _remove_all, _train, _user_hooks
 
@@ -116,6 +117,7 @@ def _ema_case(answer: Callable, t: Tester, build: Callable[[int], nn.Module], ma
             # the hand loop does the same float operations as the solution; 1e-6 admits an
             # equally right formula (avg + (1 - decay) * (p - avg)), far below what the mistakes
             # give (one step behind, decay's weights swapped, a start at zero: 1e-3 and more here)
+            kit.expect_detached(t, a, what=f"averages[{i}] after {steps} steps")
             t.expect_close(a, w, what=f"averages[{i}] after {steps} steps", atol=1e-6, rtol=1e-5,
                            wrong={v: (wrong[v][i], mistakes[v]) for v in mistakes},
                            nudge="after each step: average = decay * average + (1 - decay) * parameter, "

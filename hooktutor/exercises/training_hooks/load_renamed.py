@@ -19,9 +19,11 @@ def load_renamed(model, state_dict, renames):
     """Load an old checkpoint into model, renaming layers old -> new with a load pre-hook."""
     ### BEGIN SOLUTION
     def rename(module, state_dict, prefix, *args):
-        for key in list(state_dict):
-            parts = [renames.get(part, part) for part in key.split(".")]
-            state_dict[".".join(parts)] = state_dict.pop(key)
+        # every new key first, then swap them in: a new name may be another layer's old name
+        renamed = {".".join(renames.get(part, part) for part in key.split(".")): value
+                   for key, value in state_dict.items()}
+        state_dict.clear()
+        state_dict.update(renamed)
 
     register = getattr(model, "register_load_state_dict_pre_hook", None)  # torch >= 2.5
     handle = register(rename) if register else model._register_load_state_dict_pre_hook(rename, with_module=True)
@@ -55,12 +57,20 @@ exercise = Exercise(
         "model._register_load_state_dict_pre_hook(hook, with_module=True)) calls hook(module, state_dict, "
         "prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs) before the model reads "
         "the checkpoint.",
-        "The hook's return value is ignored: edit state_dict in place, state_dict[new_key] = "
-        "state_dict.pop(old_key). It is load_state_dict's own copy, so the caller's dict stays as it was.",
+        "The hook's return value is ignored: edit state_dict in place. It is load_state_dict's own copy, "
+        "so the caller's dict stays as it was. Build the renamed dict first, then state_dict.clear() and "
+        "state_dict.update(renamed): renaming one key at a time overwrites a key when a new name is "
+        "another layer's old name (a layer inserted in front: {'0': '1', '1': '2'}).",
         "Rename whole parts of the dotted key, not substrings: '.'.join(renames.get(part, part) for part in "
         "key.split('.')). Load in try:, remove the handle in finally:.",
     ],
     solution=load_renamed,
+    equivalent_mutants={
+        "logic@12: True -> False": (
+            "with_module only reaches the private registration that torch before 2.5 needs; "
+            "the pinned torch takes the public one"
+        ),
+    },
     guide="""renaming in a load *post*-hook (the model has already read the old keys); returning a
     renamed dict from the pre-hook (its return value is ignored: edit `state_dict` in
     place); renaming only the first part of each key (nested layers keep their old names);
@@ -120,6 +130,10 @@ def _load_case(answer: Callable, t: Tester, model: nn.Module, old: dict, renames
 
 def _missing_keys_nudge(message: str, renames: dict, seen: list[int]) -> str:
     """Name the mistake from the keys a strict load found unexpected."""
+    if seen and seen[-1] and set(renames.values()) & set(renames):
+        return ("a new name here is another layer's old name ({'0': '1', '1': '2'}: a layer was inserted in "
+                "front), so renaming one key at a time overwrote a key you still needed: build the whole "
+                "renamed dict first, then state_dict.clear() and state_dict.update(renamed)")
     unexpected = re.findall(r'"([^"]+)"', message.split("Unexpected key(s) in state_dict:")[-1])
     parts = [key.split(".") for key in unexpected]
     if not (seen and seen[-1]):
@@ -253,3 +267,13 @@ def _str_replace(model, state_dict, renames):
         return model.load_state_dict(state_dict)
     finally:
         handle.remove()
+
+
+@exercise.case("a layer inserted in front: renames {'0': '1', '1': '2'}, each new name another's old one",
+                hidden=True)
+def _(answer, t: Tester) -> None:
+    with seeded(16):
+        old_model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+        model = nn.Sequential(nn.Identity(), nn.Linear(3, 4), nn.Linear(4, 2))
+    t.track(model, "the model with an Identity inserted in front")
+    _load_case(answer, t, model, old_model.state_dict(), {"0": "1", "1": "2"}, "load_renamed(model, ...)")

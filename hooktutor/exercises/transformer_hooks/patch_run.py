@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import torch
+from torch import nn
 
 from ...data import corrupt_first, first_token
 from ...inventory import list_hooks
+from ...models import seeded
 from .. import kit
 from ..core import Exercise, Tester
 from ._shared import _hook_run, _outputs, _tiny, _with_hook
@@ -168,3 +171,24 @@ def _patch_slice(model, tokens, module, position, clean_output):
         out[:, position:position + 1] = clean_output[:, position:position + 1]
         return out
     return _hook_run(model, tokens, module, patch)
+
+
+@exercise.case("the patched run still backpropagates: a Tanh (whose backward needs its output) patched at "
+               "position 1", hidden=True)
+def _(answer, t: Tester) -> None:
+    with seeded(14):
+        model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 3))
+    t.track(model, "a Linear, Tanh, Linear model on sequences (N, L, 4)")
+    tokens, clean = kit.randn(2, 3, 4, seed=14), kit.randn(2, 3, 4, seed=15)
+    reference = copy.deepcopy(model)
+    hidden = reference[1](reference[0](tokens))
+    patched = torch.cat([hidden[:, :1], clean[:, 1:2], hidden[:, 2:]], dim=1)   # the same patch, written out
+    reference[2](patched).sum().backward()
+    logits = answer(model, tokens, model[1], 1, clean)
+    t.expect_type(logits, torch.Tensor, what="patch_run(...)", nudge="return the logits of the patched run")
+    logits.sum().backward()
+    t.expect_type(model[0].weight.grad, torch.Tensor, what="model[0].weight.grad after backward()", nudge=(
+        "no gradient reached the layers before the patch: return a patched copy that is still part of the "
+        "graph (output.clone(), then the assignment), not a detach()"))
+    t.expect_close(model[0].weight.grad, reference[0].weight.grad, what="model[0].weight.grad", nudge=(
+        "the gradient through the unpatched positions must reach the earlier layers unchanged"))
