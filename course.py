@@ -154,14 +154,14 @@ LAB_SETTING_DEFAULTS = {"@jupyterlab/apputils-extension:notification": {"fetchNe
 def lab_config(instructor: bool = False) -> dict[str, object]:
     """The files of the Lab configuration folder (relative path -> JSON content).
 
-    Kernels talk to the server over local sockets (ipc) where the system has them: over TCP,
-    every kernel that starts prints "Kernel is running over TCP without encryption", and the
-    learner's terminal fills with it. Windows has no ipc transport and keeps TCP."""
+    Kernels get CurveZMQ keys from the server (jupyter_client's transport_encryption, for the
+    kernels whose kernelspec declares it, as ipykernel's does): without them every kernel that
+    starts prints "Kernel is running over TCP without encryption", and the learner's terminal
+    fills with it."""
     server: dict[str, object] = {
         "LabApp": {"news_url": None,
                    "check_for_updates_class": "jupyterlab.handlers.announcements.NeverCheckForUpdate"}}
-    if os.name != "nt":
-        server["KernelManager"] = {"transport": "ipc"}
+    server["KernelManager"] = {"transport_encryption": "auto"}
     page: dict[str, object] = {"disabledExtensions": {}}
     if not instructor:
         server["ServerApp"] = {"jpserver_extensions": dict.fromkeys(NBGRADER_SERVER_EXTENSIONS, False)}

@@ -49,14 +49,13 @@ def test_learner_mode_turns_off_nbgrader_and_the_news_prompt(course, tmp_path):
     assert server["LabApp"]["check_for_updates_class"].endswith("NeverCheckForUpdate")
 
 
-@pytest.mark.skipif(os.name == "nt", reason="Windows has no ipc transport; its kernels use TCP")
-def test_kernels_use_local_sockets_so_the_terminal_is_not_filled_with_tcp_warnings(course, tmp_path):
-    """Over TCP every kernel prints 'Kernel is running over TCP without encryption'. Checked by
-    hand with a real Lab on this configuration: a kernel started over the REST API ran
-    print(6*7) through the websocket, its connection file said ipc, and the log had no warning."""
+def test_kernels_get_encryption_keys_so_the_terminal_is_not_filled_with_tcp_warnings(course, tmp_path):
+    """Without CurveZMQ keys every kernel prints 'Kernel is running over TCP without encryption'.
+    The browser tests run Lab on this configuration (tests/browser/test_lab_modes.py), and the
+    learner-mode one checks that the server's log has no such line."""
     for instructor in (False, True):
         server = read(course.write_lab_config(tmp_path / f"cfg{instructor}", instructor))["jupyter_server_config.json"]
-        assert server["KernelManager"] == {"transport": "ipc"}
+        assert server["KernelManager"] == {"transport_encryption": "auto"}
 
 
 def test_instructor_mode_keeps_nbgrader_and_still_asks_nothing_about_news(course, tmp_path):

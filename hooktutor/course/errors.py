@@ -10,7 +10,6 @@ exactly. ``show_errors_short(False)`` brings the full traceback back.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -56,23 +55,20 @@ def _short_handler(shell: Any, etype: type, value: BaseException, tb: TracebackT
     return stb
 
 
-def show_errors_short(on: bool = True) -> bool:
-    """Show errors short in this notebook (``on=False``: in full again). Returns whether it is on;
-    does nothing outside IPython. Taught in ``00_start_here.ipynb``."""
+def show_errors_short(on: bool = True) -> None:
+    """Show errors short in this notebook (``on=False``: in full again); does nothing outside
+    IPython. Every lesson's first cell turns it on (``00_start_here.ipynb`` says so)."""
     try:
         from IPython import get_ipython
     except ImportError:
-        return False
+        return
     shell = get_ipython()
     if shell is None:
-        return False
+        return
     if on:
         shell.set_custom_exc((Exception,), _short_handler)
     else:
         shell.set_custom_exc((), None)
     _STATE["on"] = bool(on)
-    return _STATE["on"]
 
 
-if __name__ == "__main__":  # pragma: no cover - a manual look
-    print(show_errors_short(), file=sys.stderr)
