@@ -157,7 +157,8 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
 
     Returns plain data: what the module hook saw, the buckets a communication hook saw, the
     gradients with the default all-reduce, with the recording hook, and with the fp16
-    compression hook, and what ``capture`` and ``list_hooks`` made of the wrapped model.
+    compression hook, what ``capture`` and ``list_hooks`` made of the wrapped model, and what
+    a tensor hook and a post-accumulate-grad hook on ``head.bias`` saw (the rank's own gradient).
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
@@ -209,6 +210,26 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
     result["captured"] = {name: tuple(rec[name].shape) for name in rec.names}
     result["captured_grad_fc1"] = rec.grads["fc1"]
     result["hooks_after_capture"] = len(list_hooks(ddp, include_global=False))
+
+    # 5. hooks on a parameter under DDP: they fire with this rank's own gradient, before the
+    #    all-reduce writes the average into .grad at the end of backward()
+    ddp = DistributedDataParallel(MLP(seed=seed))
+    bias, saw = ddp.module.head.bias, {}
+
+    def on_gradient(grad):
+        saw["tensor hook"] = grad.detach().clone()
+
+    def on_accumulated(param):
+        saw["post-accumulate-grad hook"] = param.grad.detach().clone()
+
+    handles = [bias.register_hook(on_gradient), bias.register_post_accumulate_grad_hook(on_accumulated)]
+    try:
+        loss_fn(ddp(x), y).backward()
+    finally:
+        for h in handles:
+            h.remove()
+    result["parameter_hooks_saw"] = saw
+    result["grad_after_backward"] = bias.grad.detach().clone()
     return result
 
 

@@ -200,6 +200,19 @@ def grid(values: torch.Tensor, *, rows: Sequence[str], cols: Sequence[str], titl
 # dpi) and only update its artists, which is several times cheaper. Used by the widgets of
 # lessons 01-05 and the panel of ``06_hook_lab.ipynb``.
 
+# What a widget draws must be legible on a laptop (1366x768): text at least as large as the
+# notebook's code font (about 13 px). 10 pt at 100 dpi is 13.9 px, and the widgets show their
+# pictures at their natural size. One place for both numbers: tests/browser/test_learner_hour.py
+# checks them on the page.
+WIDGET_DPI = 100
+WIDGET_FONT_PT = 10.0
+
+
+def widget_text_px(scale: float = 1.0) -> float:
+    """The height in CSS pixels of a widget's text, shown at ``scale`` times its natural size."""
+    return WIDGET_FONT_PT * WIDGET_DPI / 72 * scale
+
+
 def _agg_figure(size: tuple[float, float], dpi: int):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -221,16 +234,16 @@ class LiveHistogram:
     The title carries the minimum and the fraction of exact zeros, like :func:`histogram`.
     """
 
-    def __init__(self, *, bins: int = 30, size: tuple[float, float] = (4.2, 2.4), dpi: int = 60,
+    def __init__(self, *, bins: int = 30, size: tuple[float, float] = (4.4, 2.2), dpi: int = WIDGET_DPI,
                  color: str = "tab:blue"):
         import numpy as np
 
         self.bins = bins
         self.fig = _agg_figure(size, dpi)
-        self.ax = self.fig.add_axes((0.14, 0.16, 0.82, 0.68))
+        self.ax = self.fig.add_axes((0.12, 0.15, 0.85, 0.72))
         self.bars = self.ax.bar(np.arange(bins), np.zeros(bins), width=1.0, align="edge", color=color)
-        self.ax.tick_params(labelsize=7)
-        self.title = self.ax.set_title("", fontsize=8)
+        self.ax.tick_params(labelsize=WIDGET_FONT_PT)
+        self.title = self.ax.set_title("", fontsize=WIDGET_FONT_PT)
 
     def png(self, values: torch.Tensor, title: str = "activations") -> bytes:
         import numpy as np
@@ -259,23 +272,24 @@ class LiveGradientFlow:
     ``png(norms, title)`` returns PNG bytes. A layer whose gradient is exactly zero is marked
     ``= 0`` next to its name."""
 
-    def __init__(self, names: Sequence[str], *, size: tuple[float, float] | None = None, dpi: int = 60,
+    def __init__(self, names: Sequence[str], *, size: tuple[float, float] | None = None, dpi: int = WIDGET_DPI,
                  color: str = "tab:orange"):
         import numpy as np
         from matplotlib.ticker import LogLocator, NullLocator
 
         self.names = list(names)
         n = max(1, len(self.names))
-        self.fig = _agg_figure(size or (4.6, 0.8 + 0.2 * n), dpi)
-        self.ax = self.fig.add_axes((0.32, 0.5 / (0.8 + 0.2 * n), 0.63, 1 - 0.85 / (0.8 + 0.2 * n)))
+        height = 0.8 + 0.22 * n
+        self.fig = _agg_figure(size or (4.6, height), dpi)
+        self.ax = self.fig.add_axes((0.34, 0.45 / height, 0.61, 1 - 0.8 / height))
         self.bars = self.ax.barh(np.arange(n), np.ones(n), color=color)
         self.ax.set_yticks(np.arange(n))
         self.ax.set_ylim(n - 0.5, -0.5)
         self.ax.set_xscale("log")
         self.ax.xaxis.set_major_locator(LogLocator(numticks=5))
         self.ax.xaxis.set_minor_locator(NullLocator())
-        self.ax.tick_params(labelsize=7)
-        self.title = self.ax.set_title("", fontsize=8)
+        self.ax.tick_params(labelsize=WIDGET_FONT_PT)
+        self.title = self.ax.set_title("", fontsize=WIDGET_FONT_PT)
 
     def png(self, norms: Mapping[str, float], title: str = "gradient norm per layer") -> bytes:
         import math
@@ -297,7 +311,7 @@ class LiveGradientFlow:
 class LiveFeatureMaps:
     """The first ``max_maps`` channels of image 0 of a conv output, redrawn in place."""
 
-    def __init__(self, *, max_maps: int = 8, size: tuple[float, float] = (4.8, 1.0), dpi: int = 60):
+    def __init__(self, *, max_maps: int = 8, size: tuple[float, float] = (4.8, 1.0), dpi: int = WIDGET_DPI):
         import numpy as np
 
         self.max_maps = max_maps
@@ -308,7 +322,7 @@ class LiveFeatureMaps:
         for a in self.axes:
             self.images.append(a.imshow(np.zeros((2, 2)), cmap="RdBu_r", vmin=-1, vmax=1))
             a.set_axis_off()
-        self.title = self.fig.suptitle("", fontsize=8)
+        self.title = self.fig.suptitle("", fontsize=WIDGET_FONT_PT)
 
     def png(self, maps: torch.Tensor, title: str = "feature maps") -> bytes:
         t = maps.detach().float().cpu()

@@ -10,9 +10,8 @@ from typing import Any
 
 import torch
 
+from ..plots import WIDGET_DPI as DPI  # fixed, so the same data always gives the same picture
 from ._base import show_png, show_text
-
-DPI = 60  # fixed, so the same data always gives the same picture
 
 
 def fingerprint(*parts: Any) -> str:

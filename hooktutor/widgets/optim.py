@@ -132,6 +132,9 @@ class EmaToggle(CheckboxWidget):
         from .. import plots
 
         fig = plots.line_plot(self.losses, title="cross-entropy after each step", ylabel="loss")
+        fig.set_size_inches(4.6, 2.6)
+        for text in fig.findobj(lambda artist: hasattr(artist, "set_fontsize")):
+            text.set_fontsize(plots.WIDGET_FONT_PT)   # legible on a laptop (plots.WIDGET_DPI)
         fig.set_dpi(DPI)
         png = plots.to_png(fig, dpi=DPI)
         plots._plt().close(fig)

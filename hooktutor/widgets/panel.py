@@ -108,9 +108,12 @@ class HookPanel(HookWidget):
         self._act_view = PngView(self.act_out)
         self._grad_view = PngView(self.grad_out)
         views = w.VBox([w.HBox([self.show_layer, self.show_kind]), self.store, self.act_out, self.grad_out])
+        # what a control changes stays beside the controls (the loss, the status, the hook table),
+        # not under the charts: on a laptop screen all of it is in view without scrolling
+        left = w.VBox([*controls, self.inplace_html, self.loss_html, self.table_html],
+                      layout=w.Layout(width="390px", overflow="auto"))
         self.widget = w.VBox([w.HTML(f"<b>HookPanel: {html.escape(type(model).__name__)}</b>"),
-                              w.HBox([w.VBox(controls), views]), self.inplace_html, self.loss_html,
-                              self.table_html])
+                              w.HBox([left, views])])
         self.widget.add_class("hooktutor-panel")
         self.refresh()
 

@@ -76,7 +76,7 @@ class _LogitBars:
     def __init__(self, vocab: int, dpi: int = DPI):
         import numpy as np
 
-        from ..plots import _agg_figure
+        from ..plots import WIDGET_FONT_PT, _agg_figure
 
         self.fig = _agg_figure((4.6, 2.4), dpi)
         self.ax = self.fig.add_axes((0.12, 0.2, 0.62, 0.66))
@@ -84,11 +84,11 @@ class _LogitBars:
         self.bars = [self.ax.bar(x + (i - 1) * 0.27, np.zeros(vocab), width=0.27, label=label)
                      for i, label in enumerate(self.SERIES)]
         self.ax.set_xticks(x)
-        self.ax.set_xticklabels([f"token {i}" for i in range(vocab)], fontsize=7)
+        self.ax.set_xticklabels([f"token {i}" for i in range(vocab)], fontsize=WIDGET_FONT_PT)
         self.ax.axhline(0, color="black", linewidth=0.5)
         self.ax.tick_params(labelsize=7)
-        self.ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        self.title = self.ax.set_title("", fontsize=8)
+        self.ax.legend(fontsize=WIDGET_FONT_PT, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        self.title = self.ax.set_title("", fontsize=WIDGET_FONT_PT)
 
     def png(self, rows: Sequence[torch.Tensor], title: str) -> bytes:
         from ..plots import _png_of

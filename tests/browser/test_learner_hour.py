@@ -101,6 +101,21 @@ def run_all_to_the_end(page, timeout_s: float = 120) -> None:
     raise AssertionError(f"Run All did not finish within {timeout_s} s")
 
 
+LEGIBILITY = """() => {
+    const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+    const scales = [...panel.querySelectorAll('.jp-OutputArea-output .widget-output img, .jupyter-widgets img')]
+        .filter(img => img.complete && img.naturalWidth > 0 && img.offsetParent)
+        .map(img => img.clientWidth / img.naturalWidth);
+    const panels = [...panel.querySelectorAll('.hooktutor-panel')].map(p => {
+        const top = p.getBoundingClientRect().top;
+        const parts = ['.hooktutor-loss', '.hooktutor-table', '.hooktutor-activation', '.hooktutor-gradients']
+            .map(s => p.querySelector(s)).filter(Boolean);
+        return Math.max(...parts.map(e => e.getBoundingClientRect().bottom - top));
+    });
+    return {scales, panels};
+}"""
+
+
 @pytest.fixture
 def laptop(browser, lab, request):
     yield from fresh_page(browser, lab, request, LAPTOP, prefix="learner-hour-")
@@ -120,5 +135,15 @@ def test_a_lesson_run_all_with_the_solutions_pasted_in(laptop, lab, source):
         f"{next(i for i, c in enumerate(cells) if not c['ran'])}"
     blank = [i for i, c in enumerate(cells) if c["blank"]]
     assert not blank, f"{name}: blank widget output in code cells {blank}"
+    # every widget picture is legible: shown at a scale where its text is as large as the code font
+    from hooktutor.plots import widget_text_px
+
+    seen = laptop.evaluate(LEGIBILITY)
+    small = [round(widget_text_px(s), 1) for s in seen["scales"] if widget_text_px(s) < 12.5]
+    assert not small, f"{name}: widget text shown {small} px high at 1366x768; it must be 12.5 px or more"
+    # a hook lab panel shows what its controls change (loss, hook table, charts) without scrolling
+    lab_chrome = 160   # Lab's menu, tab bar, toolbar and status bar at 1366x768
+    assert all(h <= LAPTOP["height"] - lab_chrome for h in seen["panels"]), (
+        f"{name}: a HookPanel needs {seen['panels']} px of height; {LAPTOP['height'] - lab_chrome} px are in view")
     correct = sum(len(re.findall(r"✔ .*: (correct|your prediction is what torch did)", c["text"])) for c in cells)
     assert correct >= checks, f"{name}: {correct} of {checks} checks say correct with the solutions pasted in"

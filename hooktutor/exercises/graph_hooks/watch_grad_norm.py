@@ -34,7 +34,8 @@ _NONE_NUDGE = ("a tensor that this backward pass did not reach gets None in the 
 exercise = Exercise(
     "graph_hooks.watch_grad_norm", "One hook for a group of gradients",
     task=("write watch_grad_norm(tensors) that registers ONE torch.autograd.graph.register_multi_grad_hook on "
-          "`tensors`; once per backward pass, when all their gradients of that pass are computed, it appends the "
+          "`tensors`; once per backward pass that reaches any of them, when their gradients of that pass are "
+          "computed, it appends the "
           "L2 norm of all of them together (sqrt of the sum of every element squared; a tensor the pass did not "
           "reach counts as zero) as a float to a list. Return (the list, the hook's handle)"),
     hints=[
@@ -207,3 +208,23 @@ def _(answer, t: Tester) -> None:
         t.expect_close(p.grad, q.grad, what=f"{name}.grad", nudge=(
             "the hook changed the gradients it was given: compute the norm from g.pow(2) (a new tensor), "
             "never g.pow_(2) or another in-place op on a gradient"))
+
+
+@exercise.case("a backward pass that reaches none of the tensors appends nothing")
+def _(answer, t: Tester) -> None:
+    model = MLP(seed=29)
+    got = answer(list(model.fc1.parameters()))
+    t.expect_type(got, tuple, what="watch_grad_norm(fc1's parameters)", nudge="return (norms, handle)")
+    norms, handle = got
+    try:
+        other = torch.ones(3, requires_grad=True)
+        (other * 2).sum().backward()              # reaches none of fc1's parameters
+        t.expect(norms == [], what="the list after a pass that reached none of the tensors", expected=[],
+                 got=norms, nudge="register_multi_grad_hook calls fn only for a pass that reaches one of the "
+                                  "tensors; append only from inside fn")
+        model(kit.randn(2, 8, seed=29)).sum().backward()
+        t.expect(len(norms) == 1, what="the list after one pass through the model", expected="one norm",
+                 got=norms, nudge="append exactly one float per pass that reaches the tensors")
+    finally:
+        if hasattr(handle, "remove"):
+            handle.remove()
