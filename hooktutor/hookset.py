@@ -2,7 +2,7 @@
 
 Taught in ``00_start_here.ipynb`` (the re-run trap) and ``02_forward_hooks.ipynb``.
 
-Hooks are global state: running ``layer.register_forward_hook(f)`` twice attaches ``f``
+A hook is state on the module, outliving the cell: running ``layer.register_forward_hook(f)`` twice attaches ``f``
 twice, and it fires twice. A ``HookSet`` keys every hook by a name you choose; adding a
 hook under a name that already exists first removes the old one, so exactly one stays
 attached. Sets are themselves keyed by name: creating ``HookSet("lesson02")`` again (the

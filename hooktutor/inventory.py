@@ -1,6 +1,6 @@
 """Listing and removing every hook attached to a module tree.
 
-Taught in ``00_start_here.ipynb`` (hooks are global state) and used in every lesson
+Taught in ``00_start_here.ipynb`` (a hook is state on the module) and used in every lesson
 to prove that nothing was left attached.
 
 PyTorch has no public API to enumerate hooks without their handles

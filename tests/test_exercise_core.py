@@ -9,6 +9,7 @@ from torch import nn
 
 from hooktutor.exercises import core
 from hooktutor.exercises.core import Exercise
+from hooktutor.models import MLP
 
 
 def _double_grad_solution(model):
@@ -131,3 +132,33 @@ def test_solutions_switched_off_for_a_graded_class(ex, monkeypatch):
     assert "that was the last hint" in repr(ex.hint(2)) and "solution" not in repr(ex.hint(2))
     monkeypatch.setenv(core.SOLUTIONS_ENV, "on")
     assert "def weight_grad" in repr(ex.solution())
+
+
+def test_a_tracked_model_keeps_the_callers_hooks_and_its_state():
+    """An answer that clears a module's hook dicts (everybody's hooks) or leaves the model in
+    another train/eval mode is told so; the caller's stand-in hooks never count as the answer's."""
+    from hooktutor.exercises import start_here
+    from hooktutor.exercises.core import CALLERS_HOOK_IDS, learners_hooks
+
+    ex = start_here.count_calls
+
+    def clears(model, x, layer):
+        calls = []
+        layer.register_forward_hook(lambda m, a, o: calls.append(1))
+        model(x)
+        layer._forward_hooks.clear()          # "removes" the hook, and everybody else's
+        return len(calls)
+
+    report = ex.check(clears)
+    assert not report.passed and "one of the caller's" in report.text, report.text
+
+    def leaves_eval(model, x, layer):
+        model.eval()
+        return ex.reference(model, x, layer)
+
+    report = ex.check(leaves_eval)
+    assert not report.passed and "leave what you were given" in report.text, report.text
+    assert ex.check(ex.reference).passed and not CALLERS_HOOK_IDS   # every stand-in removed again
+    model = MLP(seed=0)
+    with model.fc1.register_forward_hook(lambda m, a, o: None):
+        assert len(learners_hooks(model)) == 1

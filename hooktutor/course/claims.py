@@ -187,12 +187,6 @@ def _encoder_fastpath_off_with_hooks() -> bool:
     return bool(fired)
 
 
-def _mha_fastpath_switch() -> bool:
-    import torch
-
-    return hasattr(getattr(torch.backends, "mha", None), "set_fastpath_enabled")
-
-
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="legacy-hook-future-warning",
@@ -338,21 +332,6 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "first released in 2.5.0; the check is absent from torch/nn/modules/transformer.py in the 2.1.2 "
                  "wheel and present in the 2.13.0 and 2.15.0 wheels; the probe was run on those three",
         probe=_encoder_fastpath_off_with_hooks,
-    ),
-    Claim(
-        id="mha-fastpath-switch",
-        kind="api",
-        lessons=("10_transformer_hooks",),
-        where="section 5 (the fast path), the claim 'model.eval() and torch.no_grad() do not change what hooks see'",
-        before="no switch turns the fused transformer fast path off; only its conditions (gradients, training "
-               "mode, hooks since 2.5) decide",
-        after="`torch.backends.mha.set_fastpath_enabled(False)` turns it off for every `TransformerEncoderLayer` "
-              "and `MultiheadAttention`, so every submodule runs and every hook fires",
-        since="2.3.0",
-        evidence="pytorch/pytorch#112212 (adds torch/backends/mha/__init__.py with get_/set_fastpath_enabled; "
-                 "answers #111070), merged 2024-01-02, after the release/2.2 branch cut in December 2023; present "
-                 "in the 2.13.0 and 2.15.0 wheels, absent from 2.1.2; the probe checks the function exists",
-        probe=_mha_fastpath_switch,
     ),
 ]}
 

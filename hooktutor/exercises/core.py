@@ -92,33 +92,90 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
+# The hooks a Tester puts on every tracked model, standing for the caller's own hooks: an answer
+# must leave them in place (it removes its own handles, never clears a model's hook dicts). The
+# witnesses of the kit do not count them as the learner's.
+CALLERS_HOOK_IDS: set[int] = set()
+
+
+def learners_hooks(model: nn.Module, *, include_global: bool = False) -> list[Any]:
+    """The rows of ``list_hooks(model)`` that an answer may have added: not PyTorch's own, not
+    the caller's stand-ins that a Tester puts on a tracked model."""
+    return [r for r in list_hooks(model, include_global=include_global)
+            if not r.is_pytorch and r.handle_id not in CALLERS_HOOK_IDS]
+
+
+def _callers_pre_hook(module: nn.Module, args: tuple) -> None:
+    """A hook of the caller's on a tracked model (it does nothing)."""
+
+
+def _callers_hook(module: nn.Module, args: tuple, output: Any) -> None:
+    """A hook of the caller's on a tracked model (it does nothing)."""
+
+
+def _state(model: nn.Module) -> dict[str, Any]:
+    """What an answer must leave as it found it: train/eval of every module, requires_grad of
+    every parameter, the grad mode."""
+    state: dict[str, Any] = {f"{n or 'the model'}.training": m.training for n, m in model.named_modules()}
+    state.update({f"{n}.requires_grad": p.requires_grad for n, p in model.named_parameters()})
+    state["torch.is_grad_enabled()"] = torch.is_grad_enabled()
+    return state
+
+
 class Tester:
     """Given to each case: compare results and track models whose hooks must end clean."""
 
     def __init__(self) -> None:
-        self._tracked: list[tuple[str, nn.Module, set[int]]] = []
+        self._tracked: list[tuple[str, nn.Module, set[int], list[Any], dict[str, Any]]] = []
 
     def track(self, model: nn.Module, name: str = "the model") -> nn.Module:
         """Remember ``model``'s hooks now; any hook added later and left on counts as a leak.
 
         Hooks PyTorch installs and the model needs (an answer that prunes the model, makes it
         lazy, ...: ``row.is_pytorch`` in ``list_hooks``) are not leaks and are left in place.
+        Every module of the model also gets two hooks of the caller's (they do nothing), which the
+        answer must leave alone, and its train/eval and ``requires_grad`` flags must end as they
+        started.
         """
+        handles = [h for m in model.modules()
+                   for h in (m.register_forward_pre_hook(_callers_pre_hook), m.register_forward_hook(_callers_hook))]
+        CALLERS_HOOK_IDS.update(h.id for h in handles)
         before = {r.handle_id for r in list_hooks(model, include_global=False)}
-        self._tracked.append((name, model, before))
+        self._tracked.append((name, model, before, handles, _state(model)))
         return model
 
     def leaks(self) -> list[str]:
         """Describe and remove the hooks the learner added to tracked models since they were
-        tracked (not those PyTorch installed: they stay, as ``remove_hooks`` leaves them)."""
+        tracked (not those PyTorch installed: they stay, as ``remove_hooks`` leaves them); take
+        the caller's stand-in hooks off again."""
         found = []
-        for name, model, before in self._tracked:
+        for name, model, before, handles, _ in self._tracked:
             extra = [r for r in list_hooks(model, include_global=False)
                      if r.handle_id not in before and not r.is_pytorch]
             for r in extra:
                 found.append(f"a {r.kind} hook ({r.function}) on {r.path} of {name}")
                 remove_row(model, r)
+            for h in handles:
+                h.remove()
+                CALLERS_HOOK_IDS.discard(h.id)
         return found
+
+    def not_as_found(self) -> str | None:
+        """What the answer changed on a tracked model that it should have left alone: a hook of
+        the caller's it removed, a train/eval or requires_grad flag, the grad mode."""
+        for name, model, _, handles, state in self._tracked:
+            present = {r.handle_id for r in list_hooks(model, include_global=False)}
+            if any(h.id not in present for h in handles):
+                return (f"a hook that was already on {name} (one of the caller's) is gone: remove only the "
+                        "hooks you added, with their handles, never by clearing a module's hook dicts "
+                        "(module._forward_hooks.clear() takes everybody's)")
+            now = _state(model)
+            changed = [k for k in state if k in now and now[k] != state[k]]   # (prune renames a weight)
+            if changed:
+                return (f"{changed[0]} of {name} was {state[changed[0]]} and is {now.get(changed[0])} after your "
+                        "answer: leave what you were given as you found it (restore train()/eval(), "
+                        "requires_grad and the grad mode in a finally: block)")
+        return None
 
     def expect(self, ok: bool, *, what: str, expected: Any, got: Any, nudge: str) -> None:
         if not ok:
@@ -535,7 +592,12 @@ class Exercise:
                     "read the error: it names what went wrong; the hints help if you are stuck.")})
             # the answer ran, but the check tripped over what it returned or left behind
             return CaseResult(description, "unusable", {"error": text, "why": why or _crash_nudge(e)})
+        changed = tester.not_as_found()
         leaks = tester.leaks()
+        if changed is not None:
+            return CaseResult(description, "mismatch", {"checked": "what your answer left on the model",
+                                                        "expected": "the model as it was given",
+                                                        "got": "something changed", "why": changed})
         if leaks:
             return CaseResult(description, "leak", {"why": (
                 f"after your code ran, {leaks[0]} was still attached"

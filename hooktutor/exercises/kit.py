@@ -73,6 +73,7 @@ from torch import nn
 
 from ..inventory import hook_ids, list_hooks
 from ..models import seeded
+from .core import CALLERS_HOOK_IDS, learners_hooks
 
 DIMENSIONS: list[str] = ["nested", "twice", "raises", "nd", "inplace_after", "repeat", "technique",
                          "dtype", "alias", "detached", "reattach", "order", "left_as_found"]
@@ -205,11 +206,10 @@ def expect_clean_after_raise(t: Any, answer: Any, *extra: Any, seed: int) -> Non
     """Dimension ``raises`` as a whole case: ``answer(model, x, model.fc1, *extra)`` on a
     :class:`Raising` model, then no hook of the learner's may be left on it (a hook removed
     after ``model(x)`` instead of in a ``finally:`` stays when the model raises)."""
-    from ..inventory import list_hooks
 
     model = t.track(Raising(seed=seed), "a model that raises halfway (after fc1)")
     call_expecting_kit_error(answer, model, torch.zeros(1, 4), model.fc1, *extra)
-    left = [r for r in list_hooks(model) if not r.is_pytorch]
+    left = learners_hooks(model, include_global=True)
     t.expect(not left, what="hooks left on the model after it raised", expected="none",
              got=f"{len(left)} hook(s)", nudge=(
                  "model(x) raised, and your hook stayed attached: call handle.remove() in the "
@@ -323,7 +323,7 @@ class HookWitness(_Witness):
         def witness(module: nn.Module, args: tuple) -> None:
             self.calls[name] += 1
             for kind in _MODULE_KINDS:
-                if hook_ids(module, kind) - self._mine or hook_ids(None, kind):
+                if hook_ids(module, kind) - self._mine - CALLERS_HOOK_IDS or hook_ids(None, kind):
                     self._with[name][kind] += 1
         return witness
 

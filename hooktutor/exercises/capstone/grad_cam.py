@@ -9,10 +9,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...inventory import list_hooks
 from ...models import seeded, set_inplace
 from .. import kit
-from ..core import Exercise, Tester
+from ..core import Exercise, Tester, learners_hooks
 
 
 def grad_cam(model, layer, x, target):
@@ -244,7 +243,7 @@ class _RaisesAfter(nn.Module):
 def _(answer, t: Tester) -> None:
     model = t.track(_RaisesAfter(), "a model that raises after its conv")
     kit.call_expecting_kit_error(answer, model, model.conv, torch.ones(1, 1, 4, 4), torch.tensor([0]))
-    left = [r for r in list_hooks(model) if not r.is_pytorch]
+    left = learners_hooks(model, include_global=True)
     t.expect(not left, what="hooks left on the model after it raised", expected="none", got=f"{len(left)} hook(s)",
              nudge="model(x) raised and your forward hook stayed: remove it in the finally: block of a try: "
                    "around model(x)")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...inventory import list_hooks, remove_hooks
+from ...inventory import remove_hooks
 from ...models import MLP
 from .. import kit
-from ..core import Exercise, Tester
+from ..core import Exercise, Tester, learners_hooks
 
 
 class Recorder:
@@ -79,7 +79,7 @@ exercise = Exercise(
 
 def _record(t: Tester, answer, model: nn.Module, x: torch.Tensor, names: list[str]) -> object:
     rec = answer(model, names)
-    t.expect(not [r for r in list_hooks(model) if not r.is_pytorch], what="hooks attached by Recorder(model, names)",
+    t.expect(not learners_hooks(model, include_global=True), what="hooks attached by Recorder(model, names)",
              expected="none before the with block", got="hooks already attached", nudge=(
                  "attach the hooks in __enter__, not in __init__: a Recorder that is created but "
                  "never entered (or entered later) must not change the model"))
@@ -155,7 +155,7 @@ def _(answer, t: Tester) -> None:
     t.expect(raised, what="the model's error", expected="raised out of the with block", got="swallowed",
              nudge="__exit__ returned True, which tells Python to hide the error; return False (or "
                    "nothing) after removing the hooks, so the caller sees what went wrong")
-    left = [r for r in list_hooks(model) if not r.is_pytorch]
+    left = learners_hooks(model, include_global=True)
     t.expect(not left, what="hooks left on the model after the with block", expected="none",
              got=f"{len(left)} hook(s)", nudge="remove every handle you kept in __exit__")
 
@@ -236,7 +236,7 @@ class _Children(Recorder):
         return self
 
 
-@exercise.wrong("calls remove_hooks(model) on leaving", mentions="only the handles", hidden=True)
+@exercise.wrong("calls remove_hooks(model) on leaving", mentions="one of the caller's")
 class _RemovesAll(Recorder):
     def __exit__(self, *exc):
         remove_hooks(self.model)
@@ -253,3 +253,25 @@ def _(answer, t: Tester) -> None:
     t.expect_type(kept, list, what="rec.outputs['fc1']", nudge="a list with a copy of each call's output")
     for i, value in enumerate(kept):
         kit.expect_detached(t, value, what=f"rec.outputs['fc1'][{i}]")
+
+
+@exercise.case("a model in eval mode (dropout off, BatchNorm frozen) stays in eval mode", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = MLP(seed=10).eval()
+    t.track(model, "the MLP in eval mode")
+    outputs = _record(t, answer, model, kit.randn(2, 8, seed=10), ["fc1"])
+    t.expect_type(outputs.get("fc1"), list, what="rec.outputs['fc1']", nudge="a list with a copy of each call's output")
+    # the Tester checks afterwards that every module is still in eval mode
+
+
+@exercise.wrong("switches to eval() on entering and train() on leaving", mentions="leave what you were given",
+                hidden=True)
+class _ForcesTrain(Recorder):
+    def __enter__(self):
+        self.model.eval()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self.model.train()
+        return False

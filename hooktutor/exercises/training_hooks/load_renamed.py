@@ -9,10 +9,10 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ...inventory import hook_ids, list_hooks
+from ...inventory import hook_ids
 from ...models import MLP, seeded
 from .. import kit
-from ..core import Exercise, Tester
+from ..core import Exercise, Tester, learners_hooks
 
 
 def load_renamed(model, state_dict, renames):
@@ -172,7 +172,7 @@ def _(answer, t: Tester) -> None:
     except RuntimeError as error:
         t.expect("size mismatch" in str(error), what="the error load_state_dict raised", expected="size mismatch",
                  got=str(error).splitlines()[0][:120], nudge="rename the keys; let the size mismatch through")
-    left = [r for r in list_hooks(model, include_global=False) if not r.is_pytorch]
+    left = learners_hooks(model)
     t.expect(not left, what="hooks left on the model after loading failed", expected="none",
              got=f"{len(left)} hook(s)", nudge=(
                  "load_state_dict raised, and your hook stayed: remove the handle in the finally: of a try: "

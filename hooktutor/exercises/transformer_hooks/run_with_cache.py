@@ -8,9 +8,8 @@ import torch
 from torch import nn
 
 from ...data import first_token
-from ...inventory import list_hooks
 from .. import kit
-from ..core import Exercise, Tester
+from ..core import Exercise, Tester, learners_hooks
 from ._shared import _outputs, _tiny
 
 
@@ -128,7 +127,7 @@ def _(answer, t: Tester) -> None:
 def _(answer, t: Tester) -> None:
     model = t.track(kit.Raising(seed=6), "a model that raises halfway (after fc1)")
     kit.call_expecting_kit_error(answer, model, torch.zeros(1, 4), ["fc1"])
-    left = [r.path for r in list_hooks(model, include_global=False) if not r.is_pytorch]
+    left = [r.path for r in learners_hooks(model)]
     t.expect(not left, what="hooks left on the model after it raised", expected="none", got=left, nudge=(
         "model(tokens) raised, and your hooks stayed attached: remove every handle in the `finally:` of a "
         "try: around model(tokens)"))
