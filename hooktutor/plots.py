@@ -196,22 +196,11 @@ def grid(values: torch.Tensor, *, rows: Sequence[str], cols: Sequence[str], titl
 
 # -- Live figures: redrawn in place for the widgets (hooktutor.widgets) ----------------------
 # A widget redraws its views on every click. Building a new figure each time costs
-# 50-250 ms on a small CPU; these keep one figure (no pyplot state, fixed layout, fixed low
-# dpi) and only update its artists, which is several times cheaper. Used by the widgets of
-# lessons 01-05 and the panel of ``06_hook_lab.ipynb``.
-
-# What a widget draws must be legible on a laptop (1366x768): text at least as large as the
-# notebook's code font (about 13 px). 10 pt at 100 dpi is 13.9 px, and the widgets show their
-# pictures at their natural size. One place for both numbers: tests/browser/test_learner_hour.py
-# checks them on the page.
-WIDGET_DPI = 100
-WIDGET_FONT_PT = 10.0
-
-
-def widget_text_px(scale: float = 1.0) -> float:
-    """The height in CSS pixels of a widget's text, shown at ``scale`` times its natural size."""
-    return WIDGET_FONT_PT * WIDGET_DPI / 72 * scale
-
+# 50-250 ms on a small CPU; these keep one figure (no pyplot state, a layout fixed when the
+# figure is made, a fixed dpi) and only update its artists, which is several times cheaper.
+# Every text in them is ``fontsize`` points: ``hooktutor.widgets._render`` picks the dpi,
+# the font size and the figure sizes of every widget picture in one place. Used by the
+# widgets of lessons 01-05 and 08-10 and the panel of ``06_hook_lab.ipynb``.
 
 def _agg_figure(size: tuple[float, float], dpi: int):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -224,26 +213,92 @@ def _agg_figure(size: tuple[float, float], dpi: int):
 
 def _png_of(fig: Any) -> bytes:
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=fig.dpi)
+    # zlib level 1: a few kB larger than the default 6, and several ms faster per picture
+    fig.savefig(buf, format="png", dpi=fig.dpi, pil_kwargs={"compress_level": 1})
     return buf.getvalue()
+
+
+def _fit(fig: Any, pad: float = 0.4) -> None:
+    """Place the figure's axes once so that what they show now (ticks, labels, title, legend)
+    fits inside it: a Live figure is laid out when it is made, with its widest labels in place,
+    and never again (the same data then always gives the same picture, and no redraw pays for a
+    layout)."""
+    import matplotlib
+
+    fig.tight_layout(pad=pad)  # pad: a fraction of matplotlib's font size
+    # tight_layout leaves a placeholder layout engine, and savefig draws a figure that has one
+    # twice (a layout pass first): no engine at all, since the layout is done
+    with matplotlib.rc_context({"figure.autolayout": False, "figure.constrained_layout.use": False}):
+        fig.set_layout_engine(None)
+
+
+def _count_label(value: float, _pos: Any = None) -> str:
+    """An axis count short enough for a narrow chart: 800, 2.5k, 1.2M."""
+    if abs(value) >= 1e6:
+        return f"{value / 1e6:g}M"
+    if abs(value) >= 1e3:
+        return f"{value / 1e3:g}k"
+    return f"{value:g}"
+
+
+def _power_label(value: float, _pos: Any = None) -> str:
+    """A log axis tick in plain text (no superscripts, which matplotlib draws at 70 % size):
+    0.01, 0.1, 1, 10, 100, else 1e-3, 1e5."""
+    import math
+
+    if value <= 0:
+        return ""
+    exp = round(math.log10(value))
+    return f"{10.0 ** exp:g}" if -2 <= exp <= 2 else f"1e{exp}"
+
+
+def all_texts(fig: Any) -> list[Any]:
+    """Every text the figure draws (visible, not empty, not on a hidden axis): titles, tick
+    labels, axis labels, legends."""
+    from matplotlib.text import Text
+
+    def drawn(t: Any) -> bool:
+        ax = t.axes
+        if ax is None:
+            return True
+        if not ax.get_visible():
+            return False
+        return ax.axison or not any(t in axis.findobj(Text) for axis in (ax.xaxis, ax.yaxis))
+
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and drawn(t)]
+
+
+def smallest_text_px(fig: Any) -> float:
+    """The height in pixels (of the PNG, at the figure's dpi) of the smallest font the figure
+    uses: its smallest font size in points times dpi / 72."""
+    sizes = [t.get_fontsize() for t in all_texts(fig)]
+    return min(sizes) * fig.dpi / 72 if sizes else float("inf")
 
 
 class LiveHistogram:
     """A histogram redrawn in place: ``png(values, title)`` returns PNG bytes.
 
-    The title carries the minimum and the fraction of exact zeros, like :func:`histogram`.
+    The title carries the minimum and the fraction of exact zeros (on a second line), like
+    :func:`histogram`.
     """
 
-    def __init__(self, *, bins: int = 30, size: tuple[float, float] = (4.4, 2.2), dpi: int = WIDGET_DPI,
-                 color: str = "tab:blue"):
+    def __init__(self, *, bins: int = 30, size: tuple[float, float] = (3.4, 2.2), dpi: int = 100,
+                 fontsize: float = 10.0, color: str = "tab:blue"):
         import numpy as np
+        from matplotlib.ticker import FuncFormatter, MaxNLocator
 
         self.bins = bins
         self.fig = _agg_figure(size, dpi)
-        self.ax = self.fig.add_axes((0.12, 0.15, 0.85, 0.72))
+        self.ax = self.fig.add_subplot()
         self.bars = self.ax.bar(np.arange(bins), np.zeros(bins), width=1.0, align="edge", color=color)
-        self.ax.tick_params(labelsize=WIDGET_FONT_PT)
-        self.title = self.ax.set_title("", fontsize=WIDGET_FONT_PT)
+        self.ax.tick_params(labelsize=fontsize)
+        self.ax.xaxis.set_major_locator(MaxNLocator(nbins=5))
+        self.ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+        self.ax.yaxis.set_major_formatter(FuncFormatter(_count_label))
+        self.title = self.ax.set_title("features.0\nmin -0.00, zeros 100%", fontsize=fontsize)
+        self.ax.set_xlim(-10.0, 10.0)  # the widest labels a histogram shows, for the layout
+        self.ax.set_ylim(0, 17_500)
+        _fit(self.fig)
 
     def png(self, values: torch.Tensor, title: str = "activations") -> bytes:
         import numpy as np
@@ -263,33 +318,41 @@ class LiveHistogram:
         self.ax.set_xlim(lo, hi)
         self.ax.set_ylim(0, max(1.0, float(counts.max()) * 1.05))
         zeros = float((data == 0).mean())
-        self.title.set_text(f"{title}  (min {float(data.min()) + 0.0:.2f}, zeros {zeros:.0%})")
+        self.title.set_text(f"{title}\nmin {float(data.min()) + 0.0:.2f}, zeros {zeros:.0%}")
         return _png_of(self.fig)
 
 
 class LiveGradientFlow:
     """The gradient-flow chart redrawn in place: one horizontal bar per layer (log scale),
     ``png(norms, title)`` returns PNG bytes. A layer whose gradient is exactly zero is marked
-    ``= 0`` next to its name."""
+    ``= 0`` next to its name. Without ``size`` (or with a height of ``None``) the figure is as
+    tall as its rows need at ``fontsize``."""
 
-    def __init__(self, names: Sequence[str], *, size: tuple[float, float] | None = None, dpi: int = WIDGET_DPI,
-                 color: str = "tab:orange"):
+    def __init__(self, names: Sequence[str], *, size: tuple[float, float | None] | None = None,
+                 dpi: int = 100, fontsize: float = 10.0, color: str = "tab:orange",
+                 title: str = "gradient norm per layer"):
         import numpy as np
-        from matplotlib.ticker import LogLocator, NullLocator
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
 
         self.names = list(names)
         n = max(1, len(self.names))
-        height = 0.8 + 0.22 * n
-        self.fig = _agg_figure(size or (4.6, height), dpi)
-        self.ax = self.fig.add_axes((0.34, 0.45 / height, 0.61, 1 - 0.8 / height))
+        width, height = size or (3.4, None)
+        if height is None:  # a row per layer of 1.6 lines of text, 3.3 lines for the axis, 1.2 per title line
+            height = (1.6 * n + 3.3 + 1.2 * (title.count("\n") + 1)) * fontsize / 72
+        self.fig = _agg_figure((width, height), dpi)
+        self.ax = self.fig.add_subplot()
         self.bars = self.ax.barh(np.arange(n), np.ones(n), color=color)
         self.ax.set_yticks(np.arange(n))
         self.ax.set_ylim(n - 0.5, -0.5)
         self.ax.set_xscale("log")
-        self.ax.xaxis.set_major_locator(LogLocator(numticks=5))
+        self.ax.xaxis.set_major_locator(LogLocator(numticks=4))
         self.ax.xaxis.set_minor_locator(NullLocator())
-        self.ax.tick_params(labelsize=WIDGET_FONT_PT)
-        self.title = self.ax.set_title("", fontsize=WIDGET_FONT_PT)
+        self.ax.xaxis.set_major_formatter(FuncFormatter(_power_label))
+        self.ax.tick_params(labelsize=fontsize)
+        self.title = self.ax.set_title(title, fontsize=fontsize)  # the title's lines, for the layout
+        self.ax.set_yticklabels([f"{name} = 0" for name in self.names])  # the widest labels, for the layout
+        self.ax.set_xlim(1e-10, 1e5)
+        _fit(self.fig)
 
     def png(self, norms: Mapping[str, float], title: str = "gradient norm per layer") -> bytes:
         import math
@@ -309,20 +372,25 @@ class LiveGradientFlow:
 
 
 class LiveFeatureMaps:
-    """The first ``max_maps`` channels of image 0 of a conv output, redrawn in place."""
+    """The first ``max_maps`` channels of image 0 of a conv output, redrawn in place, in
+    ``rows`` rows."""
 
-    def __init__(self, *, max_maps: int = 8, size: tuple[float, float] = (4.8, 1.0), dpi: int = WIDGET_DPI):
+    def __init__(self, *, max_maps: int = 8, rows: int = 2, size: tuple[float, float] = (3.4, 2.2),
+                 dpi: int = 100, fontsize: float = 10.0):
         import numpy as np
 
         self.max_maps = max_maps
         self.fig = _agg_figure(size, dpi)
-        self.axes = [self.fig.add_axes((i / max_maps + 0.005, 0.02, 1 / max_maps - 0.01, 0.72))
-                     for i in range(max_maps)]
+        cols = -(-max_maps // rows)
+        top = 1 - 2.0 * fontsize / 72 / size[1]  # room for the title: two lines of text
+        self.axes = [self.fig.add_axes((c / cols + 0.01, top * (1 - (r + 1) / rows) + 0.01,
+                                        1 / cols - 0.02, top / rows - 0.02))
+                     for r in range(rows) for c in range(cols)][:max_maps]
         self.images = []
         for a in self.axes:
             self.images.append(a.imshow(np.zeros((2, 2)), cmap="RdBu_r", vmin=-1, vmax=1))
             a.set_axis_off()
-        self.title = self.fig.suptitle("", fontsize=WIDGET_FONT_PT)
+        self.title = self.fig.suptitle("", fontsize=fontsize, y=1 - 0.4 * fontsize / 72 / size[1], va="top")
 
     def png(self, maps: torch.Tensor, title: str = "feature maps") -> bytes:
         t = maps.detach().float().cpu()
@@ -338,5 +406,56 @@ class LiveFeatureMaps:
                 im.set_data(t[i].numpy())
                 im.set_extent((-0.5, t.shape[2] - 0.5, t.shape[1] - 0.5, -0.5))
                 im.set_clim(-lim, lim)
+        self.title.set_text(title)
+        return _png_of(self.fig)
+
+
+class LiveLines:
+    """Named series over steps (1, 2, ...), redrawn in place: ``png(series, title)`` returns PNG
+    bytes. ``names`` are every series it may show, in order (each keeps its colour); a series
+    missing from ``series`` is hidden, and so is its legend entry."""
+
+    def __init__(self, names: Sequence[str], *, size: tuple[float, float] = (4.8, 2.6), dpi: int = 100,
+                 fontsize: float = 10.0, xlabel: str = "step", ylabel: str = ""):
+        from matplotlib.ticker import MaxNLocator
+
+        self.names = list(names)
+        self.fontsize = fontsize
+        self.fig = _agg_figure(size, dpi)
+        self.ax = self.fig.add_subplot()
+        self.lines = {name: self.ax.plot([], [], label=name)[0] for name in self.names}
+        self.ax.tick_params(labelsize=fontsize)
+        self.ax.xaxis.set_major_locator(MaxNLocator(nbins=6, integer=True))
+        self.ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+        self.ax.set_xlabel(xlabel, fontsize=fontsize)
+        self.ax.set_ylabel(ylabel, fontsize=fontsize)
+        self.title = self.ax.set_title("title", fontsize=fontsize)
+        self.ax.set_xlim(0, 100)  # the widest labels, for the layout
+        self.ax.set_ylim(-0.0001, 0.0001)
+        self.legend = self.ax.legend(fontsize=fontsize, loc="upper right")
+        _fit(self.fig)
+
+    def png(self, series: Mapping[str, Sequence[float]], title: str = "") -> bytes:
+        import math
+
+        shown = [name for name in self.names if name in series]
+        lo = hi = None
+        steps = 1
+        for name, line in self.lines.items():
+            values = [float(v) for v in series.get(name, ())]
+            line.set_visible(name in series)
+            line.set_data(range(1, len(values) + 1), values)
+            finite = [v for v in values if math.isfinite(v)]
+            if finite:
+                lo = min(finite) if lo is None else min(lo, min(finite))
+                hi = max(finite) if hi is None else max(hi, max(finite))
+            steps = max(steps, len(values))
+        lo, hi = (0.0, 1.0) if lo is None else (lo, hi)
+        margin = max(hi - lo, 1e-6) * 0.05
+        self.ax.set_xlim(0.5, steps + 0.5)
+        self.ax.set_ylim(lo - margin, hi + margin)
+        self.legend.remove()
+        self.legend = self.ax.legend(handles=[self.lines[n] for n in shown], fontsize=self.fontsize,
+                                     loc="upper right")
         self.title.set_text(title)
         return _png_of(self.fig)

@@ -1,6 +1,14 @@
-"""Cheap PNG views: one live figure per view (see ``hooktutor.plots.Live*``), a fixed low
-dpi, and a fingerprint so a view whose data did not change is not drawn again (a click
-usually changes one or two views, not all)."""
+"""Cheap PNG views: one live figure per view (see ``hooktutor.plots.Live*``), a fixed dpi,
+and a fingerprint so a view whose data did not change is not drawn again (a click usually
+changes one or two views, not all).
+
+The size of every widget picture is chosen here, in one place: ``DPI``, ``FONT_PT`` (every
+text in every picture) and ``SIZES`` (inches). A picture is shown at its natural size, so its
+text is ``FONT_PX`` pixels high on the page: at 100 dpi and 10 pt, 13.9 px, a little more
+than JupyterLab's 13 px code font (checked in Chromium at 1366x768 by
+``tests/browser/test_widget_text.py``). Two charts side by side (the HookPanel's) take
+``2 * 3.4 * DPI`` = 680 px, which fits beside the panel's controls in a 1366 px wide Lab
+with the file browser open."""
 
 from __future__ import annotations
 
@@ -10,8 +18,25 @@ from typing import Any
 
 import torch
 
-from ..plots import WIDGET_DPI as DPI  # fixed, so the same data always gives the same picture
 from ._base import show_png, show_text
+
+DPI = 100  # fixed, so the same data always gives the same picture
+FONT_PT = 10.0  # every text of every widget picture: titles, ticks, labels, legends
+FONT_PX = FONT_PT * DPI / 72  # its height in the PNG (13.9 px), and on the page at natural size
+
+# figure sizes in inches at DPI; a height of None: as tall as the chart's rows need
+SIZES: dict[str, tuple[float, float | None]] = {
+    "histogram": (3.4, 2.2),  # an activation's values (hook_toggle, inplace_switch, HookPanel)
+    "feature maps": (3.4, 2.2),  # 8 channels in 2 rows (HookPanel)
+    "bars per layer": (3.4, None),  # gradient norm / bytes saved per layer (hook_toggle, HookPanel, saved)
+    "lines": (4.8, 2.6),  # loss per step (ema_toggle)
+    "logits": (5.2, 2.6),  # grouped logit bars with a legend (patch_picker)
+}
+
+
+def style(kind: str) -> dict[str, Any]:
+    """The keyword arguments of a ``hooktutor.plots.Live*`` figure of ``kind`` (see ``SIZES``)."""
+    return {"size": SIZES[kind], "dpi": DPI, "fontsize": FONT_PT}
 
 
 def fingerprint(*parts: Any) -> str:
@@ -37,12 +62,23 @@ class PngView:
         self.png: bytes = b""
         self.renders = 0  # how many pictures were actually drawn
         self._figures: dict[str, Any] = {}
+        self.current: Any = None  # the live figure asked for last (the one drawn, or about to be)
 
     def figure(self, kind: str, make: Callable[[], Any]) -> Any:
         """The live figure of ``kind``, made by ``make()`` on first use and reused after."""
         if kind not in self._figures:
             self._figures[kind] = make()
-        return self._figures[kind]
+        self.current = self._figures[kind]
+        return self.current
+
+    def text_px(self) -> float | None:
+        """The smallest text of the picture shown, in pixels of the PNG (``None`` while it
+        shows text, not a picture). Times the page's scale of the image: the size on screen."""
+        if not self.png or self.current is None:
+            return None
+        from ..plots import smallest_text_px
+
+        return smallest_text_px(self.current.fig)
 
     def show(self, key: str, draw: Callable[[], bytes], alt: str) -> bool:
         """Show ``draw()`` (PNG bytes) unless ``key`` is already shown; return whether it changed."""
@@ -59,6 +95,7 @@ class PngView:
         if key != self.key:
             self.key = key
             self.png = b""
+            self.current = None
             show_text(self.out, message)
 
 
@@ -67,10 +104,10 @@ def show_activation(view: PngView, name: str, act: torch.Tensor, kind: str = "hi
     from .. import plots
 
     if kind == "feature maps" and act.dim() == 4:
-        fig = view.figure("maps", lambda: plots.LiveFeatureMaps(dpi=DPI))
-        return view.show(fingerprint("maps", name, act), lambda: fig.png(act, f"{name}: image 0, channels 0-7"),
+        fig = view.figure("maps", lambda: plots.LiveFeatureMaps(**style("feature maps")))
+        return view.show(fingerprint("maps", name, act), lambda: fig.png(act, f"{name}\nimage 0, channels 0-7"),
                          f"feature maps of {name}")
-    fig = view.figure("hist", lambda: plots.LiveHistogram(dpi=DPI))
+    fig = view.figure("hist", lambda: plots.LiveHistogram(**style("histogram")))
     return view.show(fingerprint("hist", name, act), lambda: fig.png(act, name), f"histogram of {name}")
 
 
@@ -79,6 +116,7 @@ def show_gradients(view: PngView, names: list[str], norms: dict[str, float],
     """The gradient-flow chart of ``norms`` over the layers ``names``."""
     from .. import plots
 
-    fig = view.figure("grads:" + ",".join(names), lambda: plots.LiveGradientFlow(names, dpi=DPI))
+    fig = view.figure("grads:" + ",".join(names),
+                      lambda: plots.LiveGradientFlow(names, title=title, **style("bars per layer")))
     return view.show(fingerprint("grads", names, norms, title), lambda: fig.png(norms, title),
                      "gradient norm per layer")

@@ -20,7 +20,7 @@ from torch import nn
 from ..inventory import list_hooks
 from ..selection import check_model
 from ._base import CheckboxWidget
-from ._render import DPI, PngView, fingerprint
+from ._render import PngView, fingerprint, style
 
 
 def ema_hook(averages: list[torch.Tensor], params: list[torch.Tensor], decay: float):
@@ -129,16 +129,10 @@ class EmaToggle(CheckboxWidget):
         self._view.show(fingerprint("ema", self.losses), self._draw, "loss per step")
 
     def _draw(self) -> bytes:
-        from .. import plots
+        from ..plots import LiveLines
 
-        fig = plots.line_plot(self.losses, title="cross-entropy after each step", ylabel="loss")
-        fig.set_size_inches(4.6, 2.6)
-        for text in fig.findobj(lambda artist: hasattr(artist, "set_fontsize")):
-            text.set_fontsize(plots.WIDGET_FONT_PT)   # legible on a laptop (plots.WIDGET_DPI)
-        fig.set_dpi(DPI)
-        png = plots.to_png(fig, dpi=DPI)
-        plots._plt().close(fig)
-        return png
+        fig = self._view.figure("lines", lambda: LiveLines(["weights", "EMA"], ylabel="loss", **style("lines")))
+        return fig.png(self.losses, "cross-entropy after each step")
 
     def _cleanup(self) -> None:
         self._detach()

@@ -27,6 +27,11 @@ from .inplace import kept_without_copy
 
 STORE_COPY = "a copy (clone)"
 STORE_DETACH = "output.detach()"
+# the status lines and the hook table: lines of text 1.4 high, not the 28 px of a widget's row
+COMPACT = "line-height: 1.4; margin: 4px 0"
+TABLE_CSS = ("<style>.hooktutor-panel .hooktutor-table p {margin: 0 0 2px} "
+             ".hooktutor-panel .hooktutor-table th, .hooktutor-panel .hooktutor-table td "
+             "{padding: 0 10px 0 0; text-align: left}</style>")
 
 
 class HookPanel(HookWidget):
@@ -62,29 +67,35 @@ class HookPanel(HookWidget):
         self.shown_activation: torch.Tensor | None = None  # what the activation view shows
 
         w = ipw()
+        # Laid out for a laptop (1366x768, Lab's file browser open: a 930 px wide output): the
+        # controls in a narrow column on the left, and beside them everything a control
+        # changes (the loss, the two charts side by side, the hook table), so the whole panel is
+        # about as tall as its list of layers and a click never sends its effect off screen.
+        label = 8 * max(len(n) for n in chosen) + 12  # px: each layer's name in full, at Lab's 13 px
         self.selectors: dict[str, Any] = {}
         for layer in chosen:
             dd = w.Dropdown(options=list(MODES), value="off", description=layer,
-                            style={"description_width": "110px"}, layout=w.Layout(width="280px"))
+                            style={"description_width": f"{label}px"}, layout=w.Layout(width=f"{label + 130}px"))
             dd.add_class("hooktutor-mode")
             dd.observe(lambda change, layer=layer: self._on_mode(layer, change["new"]), names="value")
             self.selectors[layer] = dd
         self.scale_slider = w.FloatSlider(value=scale, min=min(0.0, scale), max=max(4.0, scale), step=0.25,
-                                          description="scale",
-                                          style={"description_width": "110px"}, layout=w.Layout(width="280px"))
+                                          description="scale", style={"description_width": "initial"},
+                                          layout=w.Layout(width=f"{label + 130}px"))
         self.scale_slider.add_class("hooktutor-scale")
         self.scale_slider.observe(self._on_scale, names="value")
-        controls = [w.HTML("<b>hook on each layer</b>"), *self.selectors.values(), self.scale_slider]
+        controls = [w.HTML(f"<b>HookPanel: {html.escape(type(model).__name__)}</b><br>hook on each layer",
+                           layout=w.Layout(width="auto")), *self.selectors.values(), self.scale_slider]
         self.inplace_box = None
         if self._original_inplace:
             self.inplace_box = w.Checkbox(value=bool(inplace_modules(model)), description="ReLUs in place",
-                                          indent=False)
+                                          indent=False, layout=w.Layout(width="auto"))
             self.inplace_box.add_class("hooktutor-inplace")
             self.inplace_box.observe(self._on_inplace, names="value")
             controls.append(self.inplace_box)
 
         self.show_layer = w.Dropdown(options=chosen, value=chosen[0], description="show",
-                                     layout=w.Layout(width="240px"))
+                                     style={"description_width": "initial"}, layout=w.Layout(width="150px"))
         # button_width "auto": each button as wide as its text, so no choice is cut off
         self.show_kind = w.ToggleButtons(options=["histogram", "feature maps"], value="histogram",
                                          style={"button_width": "auto"})
@@ -107,13 +118,16 @@ class HookPanel(HookWidget):
         self.inplace_text = ""
         self._act_view = PngView(self.act_out)
         self._grad_view = PngView(self.grad_out)
-        views = w.VBox([w.HBox([self.show_layer, self.show_kind]), self.store, self.act_out, self.grad_out])
-        # what a control changes stays beside the controls (the loss, the status, the hook table),
-        # not under the charts: on a laptop screen all of it is in view without scrolling
-        left = w.VBox([*controls, self.inplace_html, self.loss_html, self.table_html],
-                      layout=w.Layout(width="390px", overflow="auto"))
-        self.widget = w.VBox([w.HTML(f"<b>HookPanel: {html.escape(type(model).__name__)}</b>"),
-                              w.HBox([left, views])])
+        wrap = w.Layout(flex_flow="row wrap", align_items="center")
+        charts = w.HBox([self.act_out, self.grad_out], layout=w.Layout(flex_flow="row wrap"))
+        results = w.VBox([self.loss_html, w.HBox([self.show_layer, self.show_kind, self.store], layout=wrap),
+                          charts, self.table_html], layout=w.Layout(flex="1 1 0", min_width="0"))
+        results.add_class("hooktutor-results")
+        # the in-place switch's status under the switch, as wide as the controls (it wraps)
+        self.inplace_html.layout = w.Layout(width=f"{label + 130}px")
+        left = w.VBox([*controls, self.inplace_html], layout=w.Layout(flex="0 0 auto"))
+        left.add_class("hooktutor-controls")
+        self.widget = w.VBox([w.HBox([left, results])])
         self.widget.add_class("hooktutor-panel")
         self.refresh()
 
@@ -210,17 +224,18 @@ class HookPanel(HookWidget):
         scaled = [n for n, m in on.items() if m in ("scale", "scale_grad")]
         scale_note = (f"scale x{self.scale_slider.value:g}"
                       + (f" (on {', '.join(scaled)})" if scaled else " (used by the scale and scale_grad modes)"))
-        self.loss_html.value = (f"<div class='hooktutor-loss-text'>{html.escape(self.loss_text)}</div>"
+        self.loss_html.value = (f"<div style='{COMPACT}'><div class='hooktutor-loss-text'>"
+                                f"{html.escape(self.loss_text)}</div>"
                                 f"<div><small>hooks switched on: {html.escape(hooks_on)} · "
-                                f"{html.escape(scale_note)}</small></div>")
+                                f"{html.escape(scale_note)}</small></div></div>")
         self.table = list_hooks(self.model)
-        self.table_html.value = self.table._repr_html_()
+        self.table_html.value = f"{TABLE_CSS}<div style='{COMPACT}'>{self.table._repr_html_()}</div>"
         kept = None
         if self._original_inplace and snap.error is None and snap.activations.get(layer) is not None:
             kept = kept_without_copy(self.model, self.inputs, self.modules[layer])
         self.inplace_text = self._describe_inplace(layer, kept)
-        self.inplace_html.value = (f"<div class='hooktutor-inplace-text'>{html.escape(self.inplace_text)}</div>"
-                                   if self.inplace_text else "")
+        self.inplace_html.value = (f"<div class='hooktutor-inplace-text' style='{COMPACT}'>"
+                                   f"{html.escape(self.inplace_text)}</div>" if self.inplace_text else "")
         if snap.error is not None:
             self._act_view.text(snap.error)
             self._grad_view.text("")

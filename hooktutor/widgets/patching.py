@@ -17,7 +17,7 @@ from torch import nn
 
 from ..selection import check_model
 from ._base import HookWidget, ipw
-from ._render import DPI, PngView, fingerprint
+from ._render import PngView, fingerprint, style
 
 NO_PATCH = "(no patch)"
 
@@ -73,22 +73,24 @@ class _LogitBars:
 
     SERIES = ("clean", "corrupted", "patched")
 
-    def __init__(self, vocab: int, dpi: int = DPI):
+    def __init__(self, vocab: int, *, size: tuple[float, float], dpi: int, fontsize: float):
         import numpy as np
 
-        from ..plots import WIDGET_FONT_PT, _agg_figure
+        from ..plots import _agg_figure, _fit
 
-        self.fig = _agg_figure((4.6, 2.4), dpi)
-        self.ax = self.fig.add_axes((0.12, 0.2, 0.62, 0.66))
+        self.fig = _agg_figure(size, dpi)
+        self.ax = self.fig.add_subplot()
         x = np.arange(vocab)
         self.bars = [self.ax.bar(x + (i - 1) * 0.27, np.zeros(vocab), width=0.27, label=label)
                      for i, label in enumerate(self.SERIES)]
         self.ax.set_xticks(x)
-        self.ax.set_xticklabels([f"token {i}" for i in range(vocab)], fontsize=WIDGET_FONT_PT)
+        self.ax.set_xticklabels([f"token {i}" for i in range(vocab)])
         self.ax.axhline(0, color="black", linewidth=0.5)
-        self.ax.tick_params(labelsize=7)
-        self.ax.legend(fontsize=WIDGET_FONT_PT, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        self.title = self.ax.set_title("", fontsize=WIDGET_FONT_PT)
+        self.ax.tick_params(labelsize=fontsize)
+        self.ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        self.title = self.ax.set_title("last position, example 0:\nclean answer 0, corrupted 0", fontsize=fontsize)
+        self.ax.set_ylim(-88.8, 88.8)  # the widest labels, for the layout
+        _fit(self.fig)
 
     def png(self, rows: Sequence[torch.Tensor], title: str) -> bytes:
         from ..plots import _png_of
@@ -144,7 +146,8 @@ class PatchPicker(HookWidget):
         self.widget = w.VBox([w.HBox([self.dropdown, self.slider]), self.status, self.out])
         self.widget.add_class("hooktutor-patch-picker")
         self._view = PngView(self.out)
-        self._bars = _LogitBars(int(self.clean_logits.shape[-1]))
+        vocab = int(self.clean_logits.shape[-1])
+        self._bars = self._view.figure("logits", lambda: _LogitBars(vocab, **style("logits")))
         self._setting = False
         self.dropdown.observe(self._on_change, names="value")
         self.slider.observe(self._on_change, names="value")
@@ -185,7 +188,7 @@ class PatchPicker(HookWidget):
             else f"{self.recovery:.0%} (mean over {len(logits)} pairs)"
         self.status_text = f"{what} · clean answer back: {back}"
         self.status.value = f"<span class='hooktutor-recovery'>{html.escape(self.status_text)}</span>"
-        title = (f"last position, example {i}: clean answer {int(self.right[i])}, "
+        title = (f"last position, example {i}:\nclean answer {int(self.right[i])}, "
                  f"corrupted {int(self.wrong[i])}")
         rows = [self.logits[k] for k in _LogitBars.SERIES]
         self._view.show(fingerprint("patch", name, position, *rows), lambda: self._bars.png(rows, title),

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..selection import check_model
 from ._base import CheckboxWidget
-from ._render import DPI, PngView, fingerprint
+from ._render import PngView, fingerprint, style
 
 
 @dataclass
@@ -153,9 +153,10 @@ class SavedTensorsToggle(CheckboxWidget):
     def _draw(self) -> bytes:
         from ..plots import LiveGradientFlow
 
-        fig = self._view.figure("bytes", lambda: LiveGradientFlow(self.layers, dpi=DPI, color="tab:green"))
-        return fig.png({n: float(self.run.per_layer.get(n, 0)) for n in self.layers},
-                       "bytes of activations saved for backward, per layer")
+        title = "bytes of activations saved\nfor backward, per layer"
+        fig = self._view.figure("bytes", lambda: LiveGradientFlow(self.layers, color="tab:green", title=title,
+                                                                  **style("bars per layer")))
+        return fig.png({n: float(self.run.per_layer.get(n, 0)) for n in self.layers}, title)
 
     def _short(self) -> str:
         return f"SavedTensorsToggle(bfloat16 {'on' if self.value else 'off'}, {len(self.layers)} layers)"

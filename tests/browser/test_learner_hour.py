@@ -136,10 +136,10 @@ def test_a_lesson_run_all_with_the_solutions_pasted_in(laptop, lab, source):
     blank = [i for i, c in enumerate(cells) if c["blank"]]
     assert not blank, f"{name}: blank widget output in code cells {blank}"
     # every widget picture is legible: shown at a scale where its text is as large as the code font
-    from hooktutor.plots import widget_text_px
+    from hooktutor.widgets._render import DPI, FONT_PT   # every widget's text (test_widget_text.py: each one)
 
     seen = laptop.evaluate(LEGIBILITY)
-    small = [round(widget_text_px(s), 1) for s in seen["scales"] if widget_text_px(s) < 12.5]
+    small = [round(FONT_PT * DPI / 72 * s, 1) for s in seen["scales"] if FONT_PT * DPI / 72 * s < 12.5]
     assert not small, f"{name}: widget text shown {small} px high at 1366x768; it must be 12.5 px or more"
     # a hook lab panel shows what its controls change (loss, hook table, charts) without scrolling
     lab_chrome = 160   # Lab's menu, tab bar, toolbar and status bar at 1366x768
