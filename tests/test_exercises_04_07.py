@@ -15,7 +15,7 @@ from hooktutor.exercises import backward_hooks, capstone, inplace_relu, kit
 from hooktutor.exercises.backward_hooks._shared import _linear_output_norms
 from hooktutor.exercises.capstone.dead_channels import _dim_batches, _probe_model
 from hooktutor.exercises.capstone.first_nonfinite import _LSTMThenLog
-from hooktutor.exercises.inplace_relu._shared import _other_classes_model
+from hooktutor.exercises.inplace_relu._shared import other_classes_model as _other_classes_model
 
 MINE = {ex.key: ex for mod in (backward_hooks, capstone, inplace_relu)
         for ex in vars(mod).values() if type(ex).__name__ == "Exercise"}

@@ -113,20 +113,11 @@ def _callers_hook(module: nn.Module, args: tuple, output: Any) -> None:
     """A hook of the caller's on a tracked model (it does nothing)."""
 
 
-def _state(model: nn.Module) -> dict[str, Any]:
-    """What an answer must leave as it found it: train/eval of every module, requires_grad of
-    every parameter, the grad mode."""
-    state: dict[str, Any] = {f"{n or 'the model'}.training": m.training for n, m in model.named_modules()}
-    state.update({f"{n}.requires_grad": p.requires_grad for n, p in model.named_parameters()})
-    state["torch.is_grad_enabled()"] = torch.is_grad_enabled()
-    return state
-
-
 class Tester:
     """Given to each case: compare results and track models whose hooks must end clean."""
 
     def __init__(self) -> None:
-        self._tracked: list[tuple[str, nn.Module, set[int], list[Any], dict[str, Any]]] = []
+        self._tracked: list[tuple[str, nn.Module, set[int], list[Any]]] = []
 
     def track(self, model: nn.Module, name: str = "the model") -> nn.Module:
         """Remember ``model``'s hooks now; any hook added later and left on counts as a leak.
@@ -134,14 +125,14 @@ class Tester:
         Hooks PyTorch installs and the model needs (an answer that prunes the model, makes it
         lazy, ...: ``row.is_pytorch`` in ``list_hooks``) are not leaks and are left in place.
         Every module of the model also gets two hooks of the caller's (they do nothing), which the
-        answer must leave alone, and its train/eval and ``requires_grad`` flags must end as they
-        started.
+        answer must leave alone (a case checks the model's state itself with ``kit.LeftAsFound``:
+        a case may still set the model up after tracking it).
         """
         handles = [h for m in model.modules()
                    for h in (m.register_forward_pre_hook(_callers_pre_hook), m.register_forward_hook(_callers_hook))]
         CALLERS_HOOK_IDS.update(h.id for h in handles)
         before = {r.handle_id for r in list_hooks(model, include_global=False)}
-        self._tracked.append((name, model, before, handles, _state(model)))
+        self._tracked.append((name, model, before, handles))
         return model
 
     def leaks(self) -> list[str]:
@@ -149,7 +140,7 @@ class Tester:
         tracked (not those PyTorch installed: they stay, as ``remove_hooks`` leaves them); take
         the caller's stand-in hooks off again."""
         found = []
-        for name, model, before, handles, _ in self._tracked:
+        for name, model, before, handles in self._tracked:
             extra = [r for r in list_hooks(model, include_global=False)
                      if r.handle_id not in before and not r.is_pytorch]
             for r in extra:
@@ -161,20 +152,14 @@ class Tester:
         return found
 
     def not_as_found(self) -> str | None:
-        """What the answer changed on a tracked model that it should have left alone: a hook of
-        the caller's it removed, a train/eval or requires_grad flag, the grad mode."""
-        for name, model, _, handles, state in self._tracked:
+        """A hook of the caller's that the answer removed from a tracked model, said."""
+        for name, model, _, handles in self._tracked:
             present = {r.handle_id for r in list_hooks(model, include_global=False)}
             if any(h.id not in present for h in handles):
-                return (f"a hook that was already on {name} (one of the caller's) is gone: remove only the "
-                        "hooks you added, with their handles, never by clearing a module's hook dicts "
-                        "(module._forward_hooks.clear() takes everybody's)")
-            now = _state(model)
-            changed = [k for k in state if k in now and now[k] != state[k]]   # (prune renames a weight)
-            if changed:
-                return (f"{changed[0]} of {name} was {state[changed[0]]} and is {now.get(changed[0])} after your "
-                        "answer: leave what you were given as you found it (restore train()/eval(), "
-                        "requires_grad and the grad mode in a finally: block)")
+                return (f"your answer removed a hook it did not attach: one of the caller's, already on {name}. "
+                        "Remove only the hooks you added, with their handles: not by clearing a module's "
+                        "hook dicts (module._forward_hooks.clear() takes everybody's), nor with "
+                        "remove_hooks(model)")
         return None
 
     def expect(self, ok: bool, *, what: str, expected: Any, got: Any, nudge: str) -> None:

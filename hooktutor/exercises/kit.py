@@ -504,18 +504,19 @@ def freeze(model: nn.Module, *names: str) -> nn.Module:
 class LeftAsFound:
     """Around the answer: ``with LeftAsFound(t, model, optimizer=opt): answer(...)`` fails the
     case when the answer leaves a module in another train/eval mode, a parameter with another
-    ``requires_grad`` or a ``.grad`` it did not have, the grad mode switched, or another number of
-    hooks on the optimizer. To check the result first: ``found = LeftAsFound(...).__enter__()``,
+    ``requires_grad`` (with ``grads=True``: a ``.grad`` it did not have), the grad mode switched,
+    or another number of hooks on the optimizer. To check the result first: ``found = LeftAsFound(...).__enter__()``,
     the answer, the result's checks, then ``found.expect_as_found()``."""
 
     def __init__(self, t: Any, model: nn.Module, *, optimizer: torch.optim.Optimizer | None = None,
-                 name: str = "the model") -> None:
-        self.t, self.model, self.optimizer, self.name = t, model, optimizer, name
+                 name: str = "the model", grads: bool = False) -> None:
+        self.t, self.model, self.optimizer, self.name, self.grads = t, model, optimizer, name, grads
 
     def _state(self) -> dict[str, Any]:
         state: dict[str, Any] = {f"{n or 'the model'}.training": m.training for n, m in self.model.named_modules()}
         state.update({f"{n}.requires_grad": p.requires_grad for n, p in self.model.named_parameters()})
-        state.update({f"{n}.grad is None": p.grad is None for n, p in self.model.named_parameters()})
+        if self.grads:   # an answer whose task runs no backward of its own
+            state.update({f"{n}.grad is None": p.grad is None for n, p in self.model.named_parameters()})
         state["torch.is_grad_enabled()"] = torch.is_grad_enabled()
         if self.optimizer is not None:
             state["hooks on the optimizer"] = hook_count(self.optimizer)

@@ -136,7 +136,7 @@ def test_a_lesson_run_all_with_the_solutions_pasted_in(laptop, lab, source):
     blank = [i for i, c in enumerate(cells) if c["blank"]]
     assert not blank, f"{name}: blank widget output in code cells {blank}"
     # every widget picture is legible: shown at a scale where its text is as large as the code font
-    from hooktutor.widgets._render import DPI, FONT_PT   # every widget's text (test_widget_text.py: each one)
+    from hooktutor.widgets._render import DPI, FONT_PT  # every widget's text (test_widget_text.py: each one)
 
     seen = laptop.evaluate(LEGIBILITY)
     small = [round(FONT_PT * DPI / 72 * s, 1) for s in seen["scales"] if FONT_PT * DPI / 72 * s < 12.5]

@@ -124,7 +124,7 @@ def _check_grad_cam(answer, t: Tester, model: nn.Sequential, layer: nn.Module, x
     wrong["overwritten"] = (F.relu((weights * act.clamp(min=0)).sum(dim=1)),
                             "the activation you kept was overwritten by the in-place ReLU that follows the "
                             "layer: output.detach() shares its memory; keep output.detach().clone()")
-    found = kit.LeftAsFound(t, model).__enter__()
+    found = kit.LeftAsFound(t, model, grads=True).__enter__()
     got = answer(model, layer, x, target)
     if isinstance(got, torch.Tensor) and got.shape != expected.shape and got.dim() == 4 and got.shape[1] == 1:
         t.expect(False, what=what, expected=expected, got=got,

@@ -1,9 +1,10 @@
-"""02_forward_hooks, predict, then run: forward_hooks.block_order."""
+"""02_forward_hooks, predict, then run: the firing order of hooks in a ResNet block."""
 
 from __future__ import annotations
 
 import torch
 
+from ...models import BasicBlock
 from ..predict import Prediction
 
 BLOCK_EVENTS = ("block pre-hook", "conv1", "relu", "conv2", "block")
@@ -12,8 +13,6 @@ BLOCK_EVENTS = ("block pre-hook", "conv1", "relu", "conv2", "block")
 def _observe_block_order() -> list[str]:
     """Hooks on a ResNet BasicBlock: a pre-hook on the block, forward hooks on conv1, relu, conv2
     and the block; the labels in the order they fire during one block(x)."""
-    from ...models import BasicBlock
-
     block, fired = BasicBlock(4, 4, seed=0), []
     handles = [block.register_forward_pre_hook(lambda module, args: fired.append("block pre-hook"))]
     try:
@@ -31,7 +30,14 @@ def _observe_block_order() -> list[str]:
 def predict_order():
     """Return the labels in firing order, one per hook call ('block pre-hook', 'conv1', 'relu', 'conv2', 'block')."""
     ### BEGIN SOLUTION
-    return ["block pre-hook", "conv1", "relu", "conv2", "relu", "block"]
+    return [
+        "block pre-hook",
+        "conv1",
+        "relu",
+        "conv2",
+        "relu",
+        "block",
+    ]
     ### END SOLUTION
 
 
@@ -59,15 +65,8 @@ exercise = Prediction(
     guide="""the shared `relu` once (one module called twice fires twice); the block's forward hook
     before its children (it runs when the block's forward returns, after every child).""",
 )
-
-
-exercise.wrong("the shared ReLU once", ["block pre-hook", "conv1", "relu", "conv2", "block"],
-                  "calls it twice")
-
-
+exercise.wrong("the shared ReLU once", ["block pre-hook", "conv1", "relu", "conv2", "block"], "calls it twice")
 exercise.wrong("the parent's hook before its children",
-                  ["block pre-hook", "block", "conv1", "relu", "conv2", "relu"], "after its module's forward")
-
-
+               ["block pre-hook", "block", "conv1", "relu", "conv2", "relu"], "after its module's forward")
 exercise.wrong("the pre-hook with the forward hook",
-                  ["conv1", "relu", "conv2", "relu", "block pre-hook", "block"], "before forward starts")
+               ["conv1", "relu", "conv2", "relu", "block pre-hook", "block"], "before forward starts")

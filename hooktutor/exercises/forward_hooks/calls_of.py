@@ -1,4 +1,19 @@
-"""02_forward_hooks, exercise: forward_hooks.calls_of."""
+"""02_forward_hooks, exercise 3: see the positional and keyword arguments a layer received.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- technique: wraps ``layer.forward`` instead of registering a hook; registers without
+  ``with_kwargs=True`` (keyword arguments never reach the hook); reads ``args[0]`` (fails when
+  the layer gets keywords only);
+- inplace_after: stores the arguments without copies, which the in-place ReLU rewrites;
+- detached: copies with ``a.clone()``, which keeps the autograd graph;
+- raises: never removes the hook, or removes it without ``finally:``;
+- left_as_found: clears ``layer._forward_pre_hooks``, which removes the caller's own pre-hooks;
+- dtype (hidden): copies as float32; drops keyword arguments whose value is None;
+- a wrong type: returns a dict or None;
+- hidden (inplace_after): copies the positional arguments but not the keyword ones, which the
+  caller's later in-place edit shows.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +23,7 @@ from torch import nn
 from ...models import TwoInputNet
 from .. import kit
 from ..core import Exercise, Tester
+from ._shared import CallerHooks
 
 
 def calls_of(model, x, layer):
@@ -30,15 +46,12 @@ def calls_of(model, x, layer):
     ### END SOLUTION
 
 
-def _copy(value):
-    return value.detach().clone() if isinstance(value, torch.Tensor) else value
-
-
 exercise = Exercise(
     "forward_hooks.calls_of", "See positional and keyword arguments",
     task=("write calls_of(model, x, layer) that runs model(x) once and returns a list with one "
           "(args, kwargs) pair per call of `layer`: the tuple of positional arguments and the "
-          "dict of keyword arguments it received, tensors copied; the hook is removed afterwards"),
+          "dict of keyword arguments it received, tensors copied and detached (no autograd graph); "
+          "the hook is removed afterwards"),
     hints=[
         "Keyword arguments never reach an ordinary hook's args. Register a forward pre-hook with "
         "layer.register_forward_pre_hook(record, with_kwargs=True); it is called as "
@@ -52,11 +65,19 @@ exercise = Exercise(
     errors={"tuple index out of range": (
         "args was empty: the layer was called with keyword arguments only, and args holds the "
         "positional ones. Read both with register_forward_pre_hook(..., with_kwargs=True)")},
-    guide="""registering without `with_kwargs=True`, so keyword arguments never reach the hook; reading
-    `args[0]` when the layer was called with keywords only (`args` is empty); storing the
-    arguments without copying them (an in-place ReLU rewrites its own input); leaving the
-    hook attached.""",
+    equivalent_mutants={},
+    guide="""registering without `with_kwargs=True`, so keyword arguments never reach the hook;
+    reading `args[0]` when the layer was called with keywords only (`args` is empty); storing the
+    arguments without copying them (an in-place ReLU rewrites its own input); leaving the hook
+    attached, removing it without `finally:`, or by clearing `layer._forward_pre_hooks` (the
+    caller's pre-hooks go too); wrapping `layer.forward` instead of a hook. Caught at grading:
+    copying the positional arguments but not the keyword ones, which the caller's later in-place
+    edit shows; float32 copies; dropping a keyword argument whose value is None.""",
 )
+
+
+def _copy(value):
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
 
 class _KeywordCaller(nn.Module):
@@ -88,7 +109,7 @@ class _InplaceAfter(nn.Module):
 
 
 def _compare_call(t: Tester, got: object, index: int, args: tuple, kwargs: dict, *,
-                  kw_nudge: str, copy_nudge: str) -> None:
+                  kw_nudge: str, copy_nudge: str, detached: bool = True) -> None:
     t.expect(isinstance(got, (tuple, list)) and len(got) == 2, what=f"calls[{index}]",
              expected="a pair (args, kwargs)", got=got, nudge="append a 2-tuple (args, kwargs) per call")
     got_args, got_kwargs = got
@@ -98,6 +119,7 @@ def _compare_call(t: Tester, got: object, index: int, args: tuple, kwargs: dict,
     for i, (g, e) in enumerate(zip(got_args, args)):
         t.expect_close(g, e, what=f"calls[{index}][0][{i}]", nudge=copy_nudge,
                        wrong={"rectified": (torch.relu(e), copy_nudge)})
+        _expect_dtype(t, g, e, f"calls[{index}][0][{i}]")
     t.expect(isinstance(got_kwargs, dict) and sorted(got_kwargs) == sorted(kwargs),
              what=f"the keyword names of calls[{index}][1]", expected=sorted(kwargs),
              got=sorted(got_kwargs) if isinstance(got_kwargs, dict) else got_kwargs, nudge=kw_nudge)
@@ -105,9 +127,20 @@ def _compare_call(t: Tester, got: object, index: int, args: tuple, kwargs: dict,
     for k, e in kwargs.items():
         if isinstance(e, torch.Tensor):
             t.expect_close(got_kwargs[k], e, what=f"calls[{index}][1][{k!r}]", nudge=copy_nudge)
+            _expect_dtype(t, got_kwargs[k], e, f"calls[{index}][1][{k!r}]")
         else:
             t.expect(got_kwargs[k] == e, what=f"calls[{index}][1][{k!r}]", expected=e, got=got_kwargs[k],
                      nudge="store the keyword values as the layer received them")
+    if detached:   # after the values, so that a missing copy is named as such first
+        for i, g in enumerate(got_args):
+            kit.expect_detached(t, g, what=f"calls[{index}][0][{i}]")
+        for k, g in got_kwargs.items():
+            kit.expect_detached(t, g, what=f"calls[{index}][1][{k!r}]")
+
+
+def _expect_dtype(t: Tester, got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    t.expect(got.dtype == expected.dtype, what=f"the dtype of {what}", expected=expected.dtype, got=got.dtype,
+             nudge="copy each tensor as the layer received it, dtype included: a.detach().clone()")
 
 
 _KW_NUDGE = ("register the pre-hook with with_kwargs=True: without it, keyword arguments never "
@@ -119,15 +152,20 @@ def _(answer, t: Tester) -> None:
     model = t.track(_KeywordCaller(), "a model that calls `inner` twice")
     x = torch.randn(2, 2, generator=torch.Generator().manual_seed(11))
     y = model.inner(x, x + 1)
-    got = answer(model, x, model.inner)
+    with kit.HookWitness({"inner": model.inner}) as seen:
+        got = answer(model, x, model.inner)
+    t.expect(seen.fired("inner", "forward_pre") == 2, what="forward pre-hooks on `inner` while it ran",
+             expected="yours, on both calls", got=f"on {seen.fired('inner', 'forward_pre')} of 2 calls", nudge=(
+                 "record the calls with a forward pre-hook on the layer (register_forward_pre_hook(..., "
+                 "with_kwargs=True)), not by wrapping or replacing layer.forward"))
     t.expect_type(got, list, what="what calls_of returned", nudge="return the list of (args, kwargs) pairs")
     t.expect(len(got) == 2, what="calls_of(model, x, model.inner)",
              expected="a list of 2 (args, kwargs) pairs", got=got if not isinstance(got, list) else
              f"a list of {len(got)}", nudge="`inner` is called twice: append one pair per call")
     _compare_call(t, got[0], 0, (x, x + 1), {}, kw_nudge=_KW_NUDGE,
-                  copy_nudge="store copies of the positional arguments")
+                  copy_nudge="store copies of the positional arguments", detached=False)
     _compare_call(t, got[1], 1, (), {"a": y, "b": x, "scale": 2.0}, kw_nudge=_KW_NUDGE,
-                  copy_nudge="store copies of the keyword arguments' tensors")
+                  copy_nudge="store copies of the keyword arguments' tensors", detached=False)
 
 
 @exercise.case("the input of an in-place ReLU")
@@ -135,7 +173,8 @@ def _(answer, t: Tester) -> None:
     model = t.track(_InplaceAfter(), "a Linear followed by ReLU(inplace=True)")
     x = torch.randn(4, 3, generator=torch.Generator().manual_seed(12))
     raw = model.lin(x).detach()
-    got = answer(model, x, model.act)
+    with CallerHooks(t, {"act": model.act}, kind="forward_pre"):
+        got = answer(model, x, model.act)
     t.expect_type(got, list, what="what calls_of returned", nudge="return the list of (args, kwargs) pairs")
     t.expect(len(got) == 1, what="calls_of(model, x, model.act)",
              expected="a list of 1 (args, kwargs) pair", got=got, nudge="append one pair per call")
@@ -149,10 +188,42 @@ def _(answer, t: Tester) -> None:
     kit.expect_clean_after_raise(t, answer, seed=16)
 
 
-@exercise.case("the caller changes its tensors in place after calls_of returned", hidden=True)
+class _Masked(nn.Module):
+    """Calls ``inner(x, mask=None)``: a keyword argument whose value is None."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = _MaskedLinear()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x, mask=None)
+
+
+class _MaskedLinear(nn.Linear):
+    def __init__(self) -> None:
+        super().__init__(2, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        out = super().forward(x)
+        return out if mask is None else out * mask
+
+
+@exercise.case("a layer called with a keyword argument whose value is None (mask=None)", hidden=True)
 def _(answer, t: Tester) -> None:
-    model = t.track(_KeywordCaller(), "a model that calls `inner` twice")
-    x = torch.randn(2, 2, generator=torch.Generator().manual_seed(17))
+    model = t.track(_Masked(), "a model that calls `inner(x, mask=None)`")
+    x = kit.randn(2, 2, seed=19)
+    got = answer(model, x, model.inner)
+    t.expect_type(got, list, what="what calls_of returned", nudge="return the list of (args, kwargs) pairs")
+    t.expect(len(got) == 1, what="len(calls_of(model, x, model.inner))", expected=1, got=len(got),
+             nudge="append one pair per call")
+    _compare_call(t, got[0], 0, (x,), {"mask": None}, detached=False, copy_nudge="store copies of the arguments",
+                  kw_nudge="keep every keyword argument the layer received, also one whose value is None")
+
+
+@exercise.case("the caller changes its tensors in place after calls_of returned (in float64)", hidden=True)
+def _(answer, t: Tester) -> None:
+    model, x = kit.in_dtype(_KeywordCaller(), torch.randn(2, 2, generator=torch.Generator().manual_seed(17)))
+    t.track(model, "a model that calls `inner` twice")
     x_before = x.clone()
     y = model.inner(x, x + 1).detach()
     got = answer(model, x, model.inner)
@@ -169,80 +240,79 @@ def _(answer, t: Tester) -> None:
                              "tensors too, v.detach().clone()")
 
 
-@exercise.wrong("removes the hook, but not in a finally block", mentions="`finally:` block")
-def _no_finally_calls(model, x, layer):
-    calls = []
-    handle = layer.register_forward_pre_hook(lambda m, args, kwargs: calls.append(
-        (tuple(_copy(a) for a in args), {k: _copy(v) for k, v in kwargs.items()})), with_kwargs=True)
-    model(x)
-    handle.remove()
-    return calls
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
+
+def _recorder(*, with_kwargs=True, copy_args=True, copy_kwargs=True, remove="with", store=list, copy=_copy):
+    """One factory for the near-copy wrong answers: whether the hook is registered with
+    ``with_kwargs``, which arguments it copies, how the hook is removed ("with": the handle as a
+    context manager, "after": not in a finally block, "never"), and what it returns (a list, or
+    ``dict``: keyed by call number)."""
+    def answer(model, x, layer):
+        calls = store()
+
+        def record(module, args, kwargs=None):
+            pair = (tuple(copy(a) if copy_args else a for a in args),
+                    {k: copy(v) if copy_kwargs else v for k, v in (kwargs or {}).items()})
+            if isinstance(calls, dict):
+                calls[len(calls)] = pair
+            else:
+                calls.append(pair)
+        handle = layer.register_forward_pre_hook(record, with_kwargs=with_kwargs)
+        if remove == "with":
+            with handle:
+                model(x)
+        else:
+            model(x)
+            if remove == "after":
+                handle.remove()
+        return calls
+    return answer
 
 
-@exercise.wrong("returns a dict keyed by call number", mentions="is a dict")
-def _as_dict(model, x, layer):
-    calls = {}
-    with layer.register_forward_pre_hook(lambda m, args, kwargs: calls.__setitem__(len(calls), (
-            tuple(_copy(a) for a in args), {k: _copy(v) for k, v in kwargs.items()})), with_kwargs=True):
+exercise.wrong("registers without with_kwargs", mentions="with_kwargs=True")(_recorder(with_kwargs=False))
+exercise.wrong("stores the arguments without copying them", mentions="lost its negative values")(
+    _recorder(copy_args=False, copy_kwargs=False))
+exercise.wrong("forgets to remove the hook", mentions="still attached")(_recorder(remove="never"))
+exercise.wrong("removes the hook, but not in a finally block", mentions="`finally:` block")(_recorder(remove="after"))
+exercise.wrong("returns a dict keyed by call number", mentions="is a dict")(_recorder(store=dict))
+exercise.wrong("copies the positional arguments but not the keyword ones",
+               mentions="keyword arguments' tensors too", hidden=True)(_recorder(copy_kwargs=False))
+
+
+@exercise.wrong("wraps layer.forward instead of registering a hook", mentions="not by wrapping")
+def _wraps_forward(model, x, layer):
+    calls, original = [], layer.forward
+
+    def wrapped(*args, **kwargs):
+        calls.append((tuple(_copy(a) for a in args), {k: _copy(v) for k, v in kwargs.items()}))
+        return original(*args, **kwargs)
+    layer.forward = wrapped
+    try:
         model(x)
+    finally:
+        del layer.forward
     return calls
 
 
-@exercise.wrong("copies the positional arguments but not the keyword ones", mentions="keyword arguments' "
-                "tensors too", hidden=True)
-def _no_copy_kwargs(model, x, layer):
-    calls = []
-    with layer.register_forward_pre_hook(lambda m, args, kwargs: calls.append(
-            (tuple(_copy(a) for a in args), dict(kwargs))), with_kwargs=True):
-        model(x)
+@exercise.wrong("removes the hook by clearing layer._forward_pre_hooks", mentions="a hook it did not attach")
+def _clears_pre_hooks(model, x, layer):
+    calls = _recorder(remove="never")(model, x, layer)
+    layer._forward_pre_hooks.clear()
     return calls
 
 
-@exercise.wrong("registers without with_kwargs", mentions="with_kwargs=True")
-def _no_kwargs(model, x, layer):
-    calls = []
-    with layer.register_forward_pre_hook(lambda m, args: calls.append(
-            (tuple(a.detach().clone() for a in args), {}))):
-        model(x)
-    return calls
+exercise.wrong("copies the tensors as float32", mentions="dtype included", hidden=True)(
+    _recorder(copy=lambda v: v.detach().clone().float() if isinstance(v, torch.Tensor) else v))
+
+
+@exercise.wrong("drops keyword arguments whose value is None", mentions="also one whose value is None", hidden=True)
+def _drops_none(model, x, layer):
+    return [(args, {k: v for k, v in kwargs.items() if v is not None}) for args, kwargs in calls_of(model, x, layer)]
 
 
 @exercise.wrong("reads args[0], assuming a positional input", mentions="keyword arguments only")
 def _args0(model, x, layer):
     calls = []
-    with layer.register_forward_pre_hook(lambda m, args: calls.append(
-            ((args[0].detach().clone(),), {}))):
+    with layer.register_forward_pre_hook(lambda m, args: calls.append(((args[0].detach().clone(),), {}))):
         model(x)
     return calls
-
-
-@exercise.wrong("stores the arguments without copying them", mentions="lost its negative values")
-def _no_copy_args(model, x, layer):
-    calls = []
-    with layer.register_forward_pre_hook(lambda m, args, kwargs: calls.append((args, dict(kwargs))),
-                                         with_kwargs=True):
-        model(x)
-    return calls
-
-
-@exercise.wrong("forgets to remove the hook", mentions="still attached")
-def _leaky_calls(model, x, layer):
-    calls = []
-    layer.register_forward_pre_hook(lambda m, args, kwargs: calls.append(
-        (tuple(_copy(a) for a in args), {k: _copy(v) for k, v in kwargs.items()})), with_kwargs=True)
-    model(x)
-    return calls
-
-
-@exercise.case("what is kept holds no autograd graph (the input of fc2 requires grad)")
-def _(answer, t: Tester) -> None:
-    model = t.track(kit.Nested(seed=8), "a nested model")
-    layer = model.encoder.body[2]
-    calls = answer(model, kit.randn(2, 4, seed=8), layer)
-    t.expect_type(calls, list, what="calls_of(model, x, layer)", nudge="a list with one (args, kwargs) per call")
-    t.expect(len(calls) == 1, what="len(calls)", expected=1, got=len(calls), nudge="one entry per call of layer")
-    t.expect_type(calls[0], tuple, what="calls[0]", nudge="a pair (args, kwargs)")
-    args = calls[0][0] if calls[0] else None
-    t.expect_type(args, tuple, what="calls[0][0], the positional arguments", nudge="args as the hook got them")
-    for i, value in enumerate(args):
-        kit.expect_detached(t, value, what=f"calls[0][0][{i}]")

@@ -1,4 +1,21 @@
-"""02_forward_hooks, exercise: forward_hooks.extract_features."""
+"""02_forward_hooks, exercise 1: extract the features of chosen layers.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- inplace_after: stores ``output.detach()`` without a copy, which the in-place ReLU after the
+  layer rewrites;
+- detached: stores ``output.clone()``, which keeps the autograd graph of the forward;
+- twice: keys by name and keeps only the last call of a layer called twice;
+- raises: removes the hooks without ``finally:``, so a model that raises leaves them;
+- nested: looks the names up with ``getattr`` or ``named_children()``, missing dotted names;
+- left_as_found: calls ``model.eval()`` and leaves it so; clears the layers' ``_forward_hooks``,
+  which removes the caller's own hooks too;
+- technique: runs the layers one by one by hand, no hook;
+- alias / dtype (hidden): a residual model in float64 whose ``body`` output is added to in
+  place after its hook ran;
+- hidden: looks the names up in ``dict(model.named_modules())``, which lists a module held
+  under two names only once, or keeps the handles in a dict keyed by module (one name is lost).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +25,7 @@ from torch import nn
 from ...models import MLP, set_inplace
 from .. import kit
 from ..core import Exercise, Tester
+from ._shared import CallerHooks
 
 
 def extract_features(model, x, names):
@@ -31,8 +49,8 @@ def extract_features(model, x, names):
 exercise = Exercise(
     "forward_hooks.extract_features", "Extract the features of chosen layers",
     task=("write extract_features(model, x, names) that runs model(x) once and returns a dict "
-          "name -> list of that layer's outputs, one copy per call, in call order; every hook "
-          "is removed afterwards"),
+          "name -> list of that layer's outputs, one detached copy per call (no autograd graph), in "
+          "call order; every hook is removed afterwards"),
     hints=[
         "model.get_submodule(name) gives the layer called name. Start with "
         "features = {name: [] for name in names} and attach one forward hook per layer that "
@@ -54,9 +72,17 @@ exercise = Exercise(
             "lists such a module only once, under its first name. model.get_submodule(name) finds "
             "every name"),
     },
-    guide="""storing `output.detach()` without `.clone()`, so a later `ReLU(inplace=True)` rewrites the
-    stored tensor; keeping one tensor per name, so a layer called twice keeps only its last
-    call (append to a list); removing the hooks only when the model succeeds.""",
+    equivalent_mutants={},
+    guide="""storing `output.detach()` without `.clone()`, so a later `ReLU(inplace=True)` rewrites
+    the stored tensor; keeping one tensor per name, so a layer called twice keeps only its last
+    call (append to a list); `output.clone()`, which keeps the autograd graph; removing the hooks
+    only when the model succeeds, or by clearing the layers' `_forward_hooks` (the caller's own
+    hooks go too); calling `model.eval()` and leaving it so; looking the names up in
+    `named_children()` (dotted names are missed) or, caught at grading, in
+    `dict(model.named_modules())`, which lists a module held under two names once, or keeping the
+    handles in a dict keyed by module (one is lost). Also at grading: a residual model in float64
+    whose layer output is changed in place after the hook ran, which a float32 copy or a cast
+    input gets wrong.""",
 )
 
 
@@ -109,7 +135,8 @@ def _expect_feature_dict(t: Tester, got: object, names: list[str]) -> dict:
 def _(answer, t: Tester) -> None:
     model = t.track(MLP(seed=4), "the MLP")
     x = torch.randn(3, 8, generator=torch.Generator().manual_seed(4))
-    got = _watched(t, answer, model, x, ["fc1", "act2"])
+    with kit.LeftAsFound(t, model, name="the MLP (in train mode)"):
+        got = _watched(t, answer, model, x, ["fc1", "act2"])
     _, inter = model.forward_with_intermediates(x)
     for name in ("fc1", "act2"):
         t.expect(len(got[name]) == 1, what=f"len(features[{name!r}])", expected=1, got=len(got[name]),
@@ -119,6 +146,7 @@ def _(answer, t: Tester) -> None:
                        nudge="store the output argument of the hook (the third one) for that layer",
                        wrong={"swapped": (other, "this is the other layer's output: bind each hook's "
                                                  "name with a default argument (name=name)")})
+        kit.expect_detached(t, got[name][0], what=f"features[{name!r}][0]")
 
 
 @exercise.case("an MLP whose ReLUs are in place (ReLU(inplace=True))")
@@ -128,7 +156,8 @@ def _(answer, t: Tester) -> None:
     set_inplace(model, True)
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(5))
     _, inter = reference.forward_with_intermediates(x)
-    got = _expect_feature_dict(t, answer(model, x, ["fc1", "fc2"]), ["fc1", "fc2"])
+    with CallerHooks(t, {"fc1": model.fc1, "fc2": model.fc2}):
+        got = _expect_feature_dict(t, answer(model, x, ["fc1", "fc2"]), ["fc1", "fc2"])
     for name in ("fc1", "fc2"):
         t.expect(len(got[name]) == 1, what=f"len(features[{name!r}])", expected=1, got=len(got[name]),
                  nudge="run model(x) exactly once and append once per call of the hook")
@@ -168,12 +197,13 @@ def _(answer, t: Tester) -> None:
         pass  # the model cannot take this input; what matters is what stays attached
 
 
-@exercise.case("a nested model: layers named encoder.body.0 and head")
+@exercise.case("a nested model in eval mode: layers named encoder.body.0, encoder.act and head")
 def _(answer, t: Tester) -> None:
-    model = t.track(kit.Nested(seed=13), "a nested model")
+    model = t.track(kit.Nested(seed=13).eval(), "a nested model")
     x = kit.randn(3, 4, seed=13)
     names = ["encoder.body.0", "encoder.act", "head"]
-    got = _watched(t, answer, model, x, names)
+    with kit.LeftAsFound(t, model, name="the nested model (in eval mode)"):
+        got = _watched(t, answer, model, x, names)
     inter = model.intermediates(x)
     for name in names:
         t.expect(len(got[name]) == 1, what=f"len(features[{name!r}])", expected=1, got=len(got[name]),
@@ -189,25 +219,102 @@ def _(answer, t: Tester) -> None:
     t.track(model, "a model holding `block` also as `alias`")
     x = kit.randn(2, 4, seed=14)
     calls = model.block_calls(x)
-    got = _watched(t, answer, model, x, ["alias", "out"])
-    t.expect(len(got["alias"]) == 2, what="len(features['alias'])", expected=2, got=len(got["alias"]),
-             nudge="`alias` is `block`, called twice in one forward: keep both calls")
-    for i in range(2):
-        t.expect_close(got["alias"][i], calls[i][1], what=f"features['alias'][{i}]",
-                       nudge="keep the calls in the order they happen")
+    got = _watched(t, answer, model, x, ["block", "alias", "out"])
+    for name in ("block", "alias"):
+        t.expect(len(got[name]) == 2, what=f"len(features[{name!r}])", expected=2, got=len(got[name]),
+                 nudge=f"`{name}` is the module called twice in one forward: keep both calls under each name")
+        for i in range(2):
+            t.expect_close(got[name][i], calls[i][1], what=f"features[{name!r}][{i}]",
+                           nudge="keep the calls in the order they happen")
 
 
-@exercise.wrong("looks the names up in model.named_children()", mentions="get_submodule")
-def _children(model, x, names):
-    layers = dict(model.named_children())
-    features = {name: [] for name in names}
-    handles = [layers[name].register_forward_hook(
-        lambda m, a, o, name=name: features[name].append(o.detach().clone())) for name in names]
+@exercise.case("a residual model in float64: the output of `body` is added to in place after its hook ran",
+               hidden=True)
+def _(answer, t: Tester) -> None:
+    model, x = kit.in_dtype(kit.Residual(seed=15), kit.randn(3, 4, seed=15))
+    t.track(model, "a residual model in float64")
+    want = model.outputs(x)
+    got = _watched(t, answer, model, x, ["fc", "body"])
+    for name in ("fc", "body"):
+        t.expect(len(got[name]) == 1, what=f"len(features[{name!r}])", expected=1, got=len(got[name]),
+                 nudge="run model(x) exactly once and append once per call of the hook")
+        t.expect(got[name][0].dtype == torch.float64, what=f"the dtype of features[{name!r}][0]",
+                 expected=torch.float64, got=got[name][0].dtype,
+                 nudge="keep each output as the layer produced it, dtype included: output.detach().clone()")
+        t.expect_close(got[name][0], want[name], what=f"features[{name!r}][0]", atol=1e-12, rtol=1e-12, nudge=(
+            "the model added to the output in place after your hook ran, and what you stored changed with it: "
+            "store output.detach().clone(), a copy with its own memory"))
+
+
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
+
+def _extractor(*, lookup="get_submodule", keep=lambda o: o.detach().clone(), append=True, remove="finally"):
+    """One factory for the near-copy wrong answers: how a name finds its layer ("get_submodule",
+    "named_children", "named_modules"), what the hook keeps, whether it appends to the list or
+    replaces it, and how the hooks are removed ("finally", or "after": not in a finally block)."""
+    def answer(model, x, names):
+        layers = {"named_children": lambda: dict(model.named_children()),
+                  "named_modules": lambda: dict(model.named_modules())}.get(lookup)
+        find = model.get_submodule if layers is None else layers().__getitem__
+        features = {name: [] for name in names}
+
+        def save(name, output):
+            if append:
+                features[name].append(keep(output))
+            else:
+                features[name] = [keep(output)]
+        handles = [find(name).register_forward_hook(lambda m, a, o, name=name: save(name, o)) for name in names]
+        if remove == "finally":
+            try:
+                model(x)
+            finally:
+                for h in handles:
+                    h.remove()
+        else:
+            model(x)
+            for h in handles:
+                h.remove()
+        return features
+    return answer
+
+
+exercise.wrong("looks the names up in model.named_children()", mentions="get_submodule")(
+    _extractor(lookup="named_children"))
+exercise.wrong("finds the layers in dict(model.named_modules())", mentions="named_modules()", hidden=True)(
+    _extractor(lookup="named_modules"))
+exercise.wrong("stores output.detach() without a copy", mentions="in-place ReLU")(
+    _extractor(keep=lambda o: o.detach()))
+exercise.wrong("keys by name and keeps only the last call", mentions="called twice")(_extractor(append=False))
+exercise.wrong("removes the hooks only when the model succeeds", mentions="still attached")(
+    _extractor(remove="after"))
+
+
+@exercise.wrong("calls model.eval() and never switches it back", mentions="as you found it")
+def _eval_mode(model, x, names):
+    model.eval()
+    return extract_features(model, x, names)
+
+
+@exercise.wrong("removes the hooks by clearing each layer's _forward_hooks", mentions="a hook it did not attach")
+def _clears_hook_dicts(model, x, names):
+    features = _extractor(remove="never")(model, x, names)
+    for name in names:
+        model.get_submodule(name)._forward_hooks.clear()
+    return features
+
+
+@exercise.wrong("keeps the handles in a dict keyed by module", mentions="still attached", hidden=True)
+def _handles_by_module(model, x, names):
+    features, handles = {name: [] for name in names}, {}
+    for name in names:
+        layer = model.get_submodule(name)
+        handles[layer] = layer.register_forward_hook(
+            lambda m, a, o, name=name: features[name].append(o.detach().clone()))
     try:
         model(x)
     finally:
-        for h in handles:
-            h.remove()
+        for handle in handles.values():
+            handle.remove()
     return features
 
 
@@ -220,63 +327,3 @@ def _by_hand(model, x, names):
             if name in features:
                 features[name].append(x.detach().clone())
     return features
-
-
-@exercise.wrong("finds the layers in dict(model.named_modules())", mentions="named_modules()",
-                        hidden=True)
-def _named_modules(model, x, names):
-    layers = dict(model.named_modules())
-    features = {name: [] for name in names}
-    handles = [layers[name].register_forward_hook(
-        lambda m, a, o, name=name: features[name].append(o.detach().clone())) for name in names]
-    try:
-        model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return features
-
-
-@exercise.wrong("stores output.detach() without a copy", mentions="in-place ReLU")
-def _no_copy(model, x, names):
-    features = {name: [] for name in names}
-    handles = [model.get_submodule(name).register_forward_hook(
-        lambda m, a, o, name=name: features[name].append(o.detach())) for name in names]
-    try:
-        model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return features
-
-
-@exercise.wrong("keys by name and keeps only the last call", mentions="called twice")
-def _last_only(model, x, names):
-    features = {}
-    handles = [model.get_submodule(name).register_forward_hook(
-        lambda m, a, o, name=name: features.__setitem__(name, [o.detach().clone()])) for name in names]
-    try:
-        model(x)
-    finally:
-        for h in handles:
-            h.remove()
-    return features
-
-
-@exercise.wrong("removes the hooks only when the model succeeds", mentions="still attached")
-def _no_finally(model, x, names):
-    features = {name: [] for name in names}
-    handles = [model.get_submodule(name).register_forward_hook(
-        lambda m, a, o, name=name: features[name].append(o.detach().clone())) for name in names]
-    model(x)
-    for h in handles:
-        h.remove()
-    return features
-
-
-@exercise.case("what is kept holds no autograd graph (fc1's output requires grad)")
-def _(answer, t: Tester) -> None:
-    model = t.track(MLP(seed=7), "the MLP")
-    got = _expect_feature_dict(t, answer(model, kit.randn(2, 8, seed=7), ["fc1"]), ["fc1"])
-    for i, value in enumerate(got["fc1"]):
-        kit.expect_detached(t, value, what=f"features['fc1'][{i}]")

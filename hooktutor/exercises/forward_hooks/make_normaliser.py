@@ -1,4 +1,18 @@
-"""02_forward_hooks, exercise: forward_hooks.make_normaliser."""
+"""02_forward_hooks, exercise 2: a forward pre-hook that normalises the module's first input.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- inplace: edits the caller's tensor in place (``sub_``, or ``first -= mean``);
+- a wrong shape of the new args: returns a bare tensor (the other arguments are dropped) or a
+  list; rebinds ``args`` without returning it (nothing changes);
+- technique: uses the batch's own statistics instead of the mean and std given;
+- technique: normalises under ``torch.no_grad()``, which cuts the gradient to the layers before;
+- twice: normalises only the first call of a module called twice (state kept in the hook);
+- nd (hidden): reshapes mean and std to channels, wrong for a (N, T, F) input with (T, F)
+  statistics; adds an epsilon to std (a 1% error for a std of 1e-3);
+- nd / dtype / hidden: keeps only the second argument (assumes at most two), on a module with three
+  positional inputs in float64, the first an image batch with per-channel statistics.
+"""
 
 from __future__ import annotations
 
@@ -39,9 +53,14 @@ exercise = Exercise(
         "not list": (
             "your pre-hook returned a list: torch takes only a tuple as the new args (anything else "
             "becomes the single argument). Return a tuple: ((first - mean) / std, *rest)")},
-    guide="""editing the caller's tensor in place (`x.sub_(...)`); returning a bare tensor, which
-    replaces the whole `args` tuple and drops the other arguments (return `((first - mean) /
-    std, *rest)`); rebinding a local name and returning nothing, which changes nothing.""",
+    equivalent_mutants={},
+    guide="""editing the caller's tensor in place (`x.sub_(...)`, `first -= mean`); returning a bare
+    tensor, which replaces the whole `args` tuple and drops the other arguments (return
+    `((first - mean) / std, *rest)`), or a list; rebinding a local name and returning nothing,
+    which changes nothing; the batch's own mean and std instead of those given; computing under
+    `torch.no_grad()`, so no gradient reaches the layers before; normalising only the first call of
+    a module called twice. Caught at grading: keeping only the second argument of a module that
+    takes three; an epsilon added to std; mean and std reshaped to channels; computing in float32.""",
 )
 
 
@@ -94,6 +113,20 @@ def _(answer, t: Tester) -> None:
                    nudge="use the mean and std passed to make_normaliser, not statistics of the batch")
 
 
+@exercise.case("a (N, T, F) sequence with per-(T, F) statistics, some very small (std about 1e-3)", hidden=True)
+def _(answer, t: Tester) -> None:
+    layer = t.track(nn.Linear(4, 2), "a Linear on the last dimension")
+    a = 2.0 + 1e-3 * kit.randn(6, 3, 4, seed=18)
+    mean, std = a.mean(0), a.std(0)
+    with torch.no_grad():
+        want = layer.forward((a - mean) / std)
+    with layer.register_forward_pre_hook(answer(mean, std)):
+        got = layer(a)
+    t.expect_close(got, want, what="the Linear's output with your pre-hook", nudge=(
+        "use mean and std exactly as given: no reshaping (they broadcast against the input as they are) and "
+        "nothing added to std (with a std of 1e-3, an epsilon of 1e-5 is a 1% error)"))
+
+
 class _Three(nn.Module):
     """``conv(a) + b + c``: three positional inputs (c defaults to 0), the first a 4-D image batch."""
 
@@ -107,20 +140,58 @@ class _Three(nn.Module):
         return self.conv(a) + b + c
 
 
-@exercise.case("a module with three positional inputs, the first (N, C, H, W) with per-channel "
-                      "statistics", hidden=True)
+@exercise.case("a module with three positional inputs in float64, the first (N, C, H, W) with "
+               "per-channel statistics", hidden=True)
 def _(answer, t: Tester) -> None:
-    net = t.track(_Three(), "a three-input conv module")
-    a = kit.conv_input(4, seed=15) * 2 + 1
+    net, a = kit.in_dtype(_Three(), kit.conv_input(4, seed=15) * 2 + 1)
+    a = a / 3          # float64 values that float32 cannot hold
+    t.track(net, "a three-input conv module in float64")
     mean, std = a.mean((0, 2, 3), keepdim=True), a.std((0, 2, 3), keepdim=True)
-    b, c = torch.full((1, 2, 1, 1), 0.5), torch.full((1, 2, 1, 1), -2.0)
+    b, c = torch.full((1, 2, 1, 1), 0.5, dtype=torch.float64), torch.full((1, 2, 1, 1), -2.0, dtype=torch.float64)
     expected = net((a - mean) / std, b, c).detach()
     with net.register_forward_pre_hook(answer(mean, std)):
         got = net(a, b, c)
-    t.expect_close(got, expected, what="net(a, b, c) with your pre-hook",
-                   nudge="keep every other positional argument, however many there are: "
-                         "return ((first - mean) / std, *rest)")
+    t.expect(got.dtype == torch.float64, what="the dtype of net(a, b, c) with your pre-hook", expected=torch.float64,
+             got=got.dtype, nudge="compute (first - mean) / std in the input's own dtype, no conversion")
+    t.expect_close(got, expected, what="net(a, b, c) with your pre-hook", atol=1e-12, rtol=1e-10,
+                   nudge="keep every other positional argument, however many there are, and compute in the "
+                         "input's own dtype: return ((first - mean) / std, *rest)")
 
+
+@exercise.case("a pre-hook on fc2: the gradient reaches fc1 through the normalised input")
+def _(answer, t: Tester) -> None:
+    model = t.track(MLP(seed=16), "the MLP")
+    x = kit.randn(4, 8, seed=16)
+    h = model.act1.forward(model.fc1.forward(x)).detach()
+    mean, std = h.mean(0), h.std(0) + 0.5
+    with model.fc2.register_forward_pre_hook(answer(mean, std)):
+        model(x).sum().backward()
+    inner = model.act1.forward(model.fc1.forward(x))
+    out = model.head.forward(model.act2.forward(model.fc2.forward((inner - mean) / std)))
+    (want,) = torch.autograd.grad(out.sum(), model.fc1.weight)
+    got = model.fc1.weight.grad
+    t.expect(got is not None, what="fc1.weight.grad after backward", expected="a gradient", got="None", nudge=(
+        "no gradient reached fc1: the normalised input was computed under torch.no_grad() (or detached), "
+        "which cuts it from the graph. Compute (first - mean) / std as an ordinary operation"))
+    t.expect_close(got, want, what="fc1.weight.grad after backward", nudge="compute (first - mean) / std in the graph")
+
+
+@exercise.case("a layer called twice in one forward: both calls are normalised")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Twice(seed=17), "a model that calls `block` twice")
+    x = kit.randn(3, 4, seed=17)
+    mean, std = torch.full((4,), 0.5), torch.full((4,), 2.0)
+    with torch.no_grad():
+        first = model.block.forward((x - 0.5) / 2.0)
+        want = model.out.forward(model.block.forward((torch.tanh(first) - 0.5) / 2.0))
+    with model.block.register_forward_pre_hook(answer(mean, std)):
+        got = model(x)
+    t.expect_close(got, want, what="the output with your pre-hook on `block`", nudge=(
+        "a pre-hook fires on every call of its module: normalise the input of each call, keep no state "
+        "between calls"))
+
+
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
 
 @exercise.wrong("uses the batch's own mean and std", mentions="not statistics of the batch")
 def _batch_stats(mean, std):
@@ -147,8 +218,7 @@ def _minus_equals(mean, std):
     return normalise
 
 
-@exercise.wrong("keeps only the second argument (assumes at most two)", mentions="however many",
-                       hidden=True)
+@exercise.wrong("keeps only the second argument (assumes at most two)", mentions="however many", hidden=True)
 def _two_at_most(mean, std):
     def normalise(module, args):
         return ((args[0] - mean) / std, *args[1:2])
@@ -166,6 +236,45 @@ def _inplace_normaliser(mean, std):
 def _bare_tensor(mean, std):
     def normalise(module, args):
         return (args[0] - mean) / std
+    return normalise
+
+
+@exercise.wrong("normalises under torch.no_grad()", mentions="no gradient reached fc1")
+def _no_grad(mean, std):
+    def normalise(module, args):
+        first, *rest = args
+        with torch.no_grad():
+            new = (first - mean) / std
+        return (new, *rest)
+    return normalise
+
+
+@exercise.wrong("normalises the first call only", mentions="every call of its module")
+def _first_call_only(mean, std):
+    done = []
+
+    def normalise(module, args):
+        if done:
+            return None
+        done.append(True)
+        first, *rest = args
+        return ((first - mean) / std, *rest)
+    return normalise
+
+
+@exercise.wrong("adds an epsilon to std", mentions="nothing added to std", hidden=True)
+def _eps(mean, std):
+    def normalise(module, args):
+        first, *rest = args
+        return ((first - mean) / (std + 1e-5), *rest)
+    return normalise
+
+
+@exercise.wrong("computes in float32", mentions="own dtype", hidden=True)
+def _float32(mean, std):
+    def normalise(module, args):
+        first, *rest = args
+        return ((first.float() - mean) / std, *rest)
     return normalise
 
 

@@ -1,9 +1,9 @@
-"""05_inplace_relu_pitfall, predict, then run: inplace_relu.before_inplace."""
+"""05_inplace_relu_pitfall, predict, then run: what a hook before an in-place ReLU gets."""
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from ...data import shapes
@@ -97,24 +97,18 @@ exercise = Prediction(
     summary="detach() shares memory and is overwritten; clone() and tensor hooks are safe; a full "
             "backward hook next to an in-place module raises.",
     guide="""`output.detach()` gives the right values (the popular claim: it shares memory, the ReLU
-    overwrites it); every way breaks (`clone()` and a tensor hook registered before the
-    in-place op are safe); a full backward hook just works (it raises in the forward pass).""",
+    overwrites it); every way breaks (`clone()` and a tensor hook registered before the in-place op
+    are safe); a full backward hook just works (it raises in the forward pass).""",
 )
-
-
 exercise.wrong("detach() is a safe copy (the popular claim)",
-                     {"output.detach()": "right values", "output.detach().clone()": "right values",
-                      "output.register_hook (the gradient)": "right values", "a full backward hook": "raises"},
-                     "same memory")
-
-
+               {"output.detach()": "right values", "output.detach().clone()": "right values",
+                "output.register_hook (the gradient)": "right values", "a full backward hook": "raises"},
+               "same memory")
 exercise.wrong("every hook breaks",
-                     {"output.detach()": "wrong values", "output.detach().clone()": "wrong values",
-                      "output.register_hook (the gradient)": "wrong values", "a full backward hook": "raises"},
-                     "copies the values")
-
-
+               {"output.detach()": "wrong values", "output.detach().clone()": "wrong values",
+                "output.register_hook (the gradient)": "wrong values", "a full backward hook": "raises"},
+               "copies the values")
 exercise.wrong("a full backward hook just works",
-                     {"output.detach()": "wrong values", "output.detach().clone()": "right values",
-                      "output.register_hook (the gradient)": "right values",
-                      "a full backward hook": "right values"}, "raises a RuntimeError")
+               {"output.detach()": "wrong values", "output.detach().clone()": "right values",
+                "output.register_hook (the gradient)": "right values",
+                "a full backward hook": "right values"}, "raises a RuntimeError")

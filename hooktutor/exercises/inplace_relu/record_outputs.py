@@ -1,4 +1,18 @@
-"""05_inplace_relu_pitfall, exercise: inplace_relu.record_outputs."""
+"""05_inplace_relu_pitfall, exercise 1: record outputs that in-place ops cannot overwrite.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- inplace_after: stores ``output.detach()`` (or ``.data``, a view, ``.cpu()``), which the
+  in-place ReLU after the layer overwrites;
+- detached: stores ``output.clone()``, which keeps the autograd graph alive;
+- raises: leaves the hooks on, or removes them without ``finally:`` (hidden: the model raises);
+- nested / nd: SmallCNN's ``features.N`` names and 4-D outputs;
+- alias / dtype (hidden): a residual model in float64 whose layer output is added to in place
+  after its hook ran; an answer that keeps a bare reference, or converts to float32, shows it;
+- left_as_found: switches in-place off for good (``set_inplace(model, False)``);
+- alias (hidden): a module held under two names, which ``dict(model.named_modules())`` misses;
+- a wrong type: returns a list of outputs instead of the dict.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +22,10 @@ import torch
 from torch import nn
 
 from ...data import shapes
-from ...models import SmallCNN
+from ...models import SmallCNN, inplace_modules, set_inplace
 from .. import kit
 from ..core import Exercise, Tester
-from ._shared import _reference
+from ._shared import reference
 
 
 def record_outputs(model, x, names):
@@ -20,15 +34,43 @@ def record_outputs(model, x, names):
     recorded, handles = {}, []
     try:
         for name in names:
-            def keep(module, args, output, name=name):
+            def store(module, args, output, name=name):
                 recorded[name] = output.detach().clone()
-            handles.append(model.get_submodule(name).register_forward_hook(keep))
+            handles.append(model.get_submodule(name).register_forward_hook(store))
         model(x)
     finally:
         for handle in handles:
             handle.remove()
     return recorded
     ### END SOLUTION
+
+
+exercise = Exercise(
+    "inplace_relu.record_outputs", "Record outputs that in-place ops cannot overwrite",
+    task=("write record_outputs(model, x, names) that runs model(x) once and returns a dict "
+          "name -> output of each named layer, exactly as the layer produced it (same values, same "
+          "dtype), even when an in-place op overwrites that output later; the recorded tensors must "
+          "not keep the autograd graph, and every hook must be removed, also when the model raises"),
+    hints=[
+        "Register a forward hook on model.get_submodule(name) for each name; in the hook, store "
+        "the output in a dict under that name.",
+        "detach() alone shares memory with the output, so the next ReLU(inplace=True) rectifies "
+        "your copy as well. Store output.detach().clone().",
+        "Keep every handle in a list and remove them all in a finally: block.",
+    ],
+    solution=record_outputs,
+    errors={"'alias'": (
+        "'alias' is a second name of a module the model holds twice; dict(model.named_modules()) lists such a "
+        "module only once, under its first name. model.get_submodule(name) finds every name")},
+    equivalent_mutants={},
+    guide="""`output.detach()` without `.clone()` (detach, `.data`, a view or `.cpu()` on a CPU tensor
+    share memory with the output); `output.clone()` without `detach()`, which keeps the autograd
+    graph alive; leaving hooks attached, or removing them without `finally:` (caught at grading,
+    on a model that raises). Also caught at grading: a residual layer whose output is added to in
+    place after the hook ran, in float64, which a bare reference or a float32 copy gets wrong; a
+    module held under two names, which `dict(model.named_modules())` lists once. Switching in-place
+    off for good "to be safe" changes the caller's model.""",
+)
 
 
 def _identity_net() -> nn.Sequential:
@@ -40,37 +82,25 @@ def _identity_net() -> nn.Sequential:
     return nn.Sequential(OrderedDict([("lin", lin), ("act", nn.ReLU(inplace=True))]))
 
 
-exercise = Exercise(
-    "inplace_relu.record_outputs", "Record outputs that in-place ops cannot overwrite",
-    task=("write record_outputs(model, x, names) that runs model(x) once and returns a dict "
-          "name -> output of each named layer, exactly as the layer produced it, even when an "
-          "in-place ReLU overwrites that output later; the recorded tensors must not keep the "
-          "autograd graph, and every hook must be removed, also when the model raises"),
-    hints=[
-        "Register a forward hook on model.get_submodule(name) for each name; in the hook, store "
-        "the output in a dict under that name.",
-        "detach() alone shares memory with the output, so the next ReLU(inplace=True) rectifies "
-        "your copy as well. Store output.detach().clone().",
-        "Keep every handle in a list and remove them all in a finally: block.",
-    ],
-    solution=record_outputs,
-    guide="""`output.detach()` without `.clone()` (detach, `.data`, a view or `.cpu()` on a CPU tensor
-    share memory with the output); `output.clone()` without `detach()`, which keeps the
-    autograd graph alive; leaving hooks attached.""",
-)
+def _expect_dict(t: Tester, got: object, names: list[str], what: str) -> dict:
+    t.expect_type(got, dict, what=what, nudge="return a dict that maps each requested name to its recorded output")
+    for name in names:
+        t.expect(name in got, what=f"{what}[{name!r}]", expected=f"a dict with the key {name!r}", got=list(got),
+                 nudge="record every name in `names` under that name")
+    return got
 
 
 @exercise.case("the BatchNorm output of SmallCNN(inplace=True), followed by an in-place ReLU")
 def _(answer, t: Tester) -> None:
     x, y = shapes(4, seed=11)
     model = t.track(SmallCNN(inplace=True, seed=5), "SmallCNN(inplace=True)")
-    got = answer(model, x, ["features.1"])
-    t.expect_type(got, dict, what="record_outputs(model, x, ['features.1'])",
-                  nudge="return a dict that maps each requested name to its recorded output")
-    t.expect("features.1" in got, what="record_outputs(...) keys",
-             expected="a dict with the key 'features.1'", got=list(got),
-             nudge="return a dict that maps each requested name to its recorded output")
-    ref, _ = _reference(5, x, y, ["features.1"])
+    got = _expect_dict(t, answer(model, x, ["features.1"]), ["features.1"], "record_outputs(model, x, ['features.1'])")
+    left = inplace_modules(model)
+    t.expect(left == ["features.2", "features.5"], what="the model's in-place modules afterwards",
+             expected=["features.2", "features.5"], got=left, nudge=(
+                 "leave the model as you found it: a copy taken in the hook (output.detach().clone()) is safe "
+                 "from the in-place ReLU, so there is no need to switch it off"))
+    ref, _ = reference(5, x, y, ["features.1"])
     t.expect_close(got["features.1"], ref["features.1"], what="the recorded 'features.1'",
                    nudge="store a copy of the output that has its own memory",
                    wrong={"rectified": (ref["features.1"].clamp(min=0), (
@@ -83,14 +113,9 @@ def _(answer, t: Tester) -> None:
     x, y = shapes(4, seed=12)
     model = t.track(SmallCNN(inplace=True, seed=6), "SmallCNN(inplace=True)")
     names = ["features.0", "features.4"]
-    got = answer(model, x, names)
-    ref, _ = _reference(6, x, y, names)
-    t.expect_type(got, dict, what="record_outputs(model, x, names)",
-                  nudge="return a dict that maps each requested name to its recorded output")
+    got = _expect_dict(t, answer(model, x, names), names, "record_outputs(model, x, names)")
+    ref, _ = reference(6, x, y, names)
     for name in names:
-        t.expect(name in got, what=f"record_outputs(...)[{name!r}]",
-                 expected=f"a dict with the key {name!r}", got=list(got),
-                 nudge="record every name in `names`, not just the first one")
         t.expect_close(got[name], ref[name], what=f"the recorded {name!r}",
                        nudge="store output.detach().clone() for every requested layer",
                        wrong={"rectified": (ref[name].clamp(min=0), (
@@ -102,21 +127,14 @@ def _(answer, t: Tester) -> None:
 def _(answer, t: Tester) -> None:
     model = t.track(_identity_net(), "Sequential(lin, ReLU(inplace=True))")
     x = torch.tensor([[-1.0, 2.0, -3.0, 4.0]])
-    got = answer(model, x, ["lin"])
+    got = _expect_dict(t, answer(model, x, ["lin"]), ["lin"], "record_outputs(model, x, ['lin'])")
     expected = torch.tensor([[-1.0, 2.0, -3.0, 4.0]])
-    t.expect_type(got, dict, what="record_outputs(model, x, ['lin'])",
-                  nudge="return a dict that maps each requested name to its recorded output")
-    t.expect("lin" in got, what="record_outputs(...) keys", expected="a dict with the key 'lin'", got=list(got),
-             nudge="return a dict that maps each requested name to its recorded output")
     t.expect_close(got["lin"], expected, what="the recorded 'lin'",
                    nudge="store a copy of the output that has its own memory",
                    wrong={"rectified": (expected.clamp(min=0), (
                        "the negative values became 0: the in-place ReLU overwrote your copy. detach() "
                        "shares memory with the output; store output.detach().clone()"))})
-    t.expect(not got["lin"].requires_grad, what="record_outputs(...)['lin'].requires_grad",
-             expected=False, got=got["lin"].requires_grad,
-             nudge=("a recorded tensor that requires grad keeps the whole autograd graph alive; "
-                    "store output.detach().clone(), not output.clone()"))
+    kit.expect_detached(t, got["lin"], what="record_outputs(...)['lin']")
 
 
 @exercise.case("a model that raises halfway through its forward: no hook may stay", hidden=True)
@@ -125,52 +143,85 @@ def _(answer, t: Tester) -> None:
     kit.call_expecting_kit_error(answer, model, kit.randn(2, 4, seed=13), ["fc1", "fc2"])
 
 
-def _recorder_storing(keep):
-    """A recorder that is right in every way but what it keeps: ``keep(output)``."""
+@exercise.case("a residual model in float64: the output of `body` (also held as `alias`) is added to in place "
+               "after its hook ran", hidden=True)
+def _(answer, t: Tester) -> None:
+    model, x = kit.in_dtype(kit.Residual(seed=14), kit.randn(3, 4, seed=14))
+    model.alias = model.body           # the same Linear, registered a second time
+    t.track(model, "a residual model in float64 that holds `body` also as `alias`")
+    want = model.outputs(x)
+    want["alias"] = want["body"]
+    names = ["fc", "body", "alias"]
+    got = _expect_dict(t, answer(model, x, names), names, "record_outputs(model, x, ['fc', 'body', 'alias'])")
+    for name in names:
+        t.expect_type(got[name], torch.Tensor, what=f"the recorded {name!r}", nudge="store the output tensor (a copy)")
+        t.expect(got[name].dtype == torch.float64, what=f"the dtype of the recorded {name!r}", expected=torch.float64,
+                 got=got[name].dtype, nudge="keep the output as the layer produced it, dtype included: "
+                                            "output.detach().clone(), no conversion")
+        t.expect_close(got[name], want[name], what=f"the recorded {name!r}", atol=1e-12, rtol=1e-12, nudge=(
+            "the model added to the output in place after your hook ran, and what you stored changed with "
+            "it: store output.detach().clone(), a copy with its own memory"))
+        kit.expect_detached(t, got[name], what=f"the recorded {name!r}")
+
+
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
+
+def _recorder(*, keep=lambda o: o.detach().clone(), remove="finally"):
+    """One factory for the near-copy wrong answers: what the hook keeps (``keep(output)``) and
+    how the hooks are removed ("finally", "after": not in a finally block, "never")."""
     def record(model, x, names):
         recorded, handles = {}, []
-        try:
+
+        def attach_and_run():
             for name in names:
                 handles.append(model.get_submodule(name).register_forward_hook(
                     lambda m, a, o, name=name: recorded.__setitem__(name, keep(o))))
             model(x)
-        finally:
-            for h in handles:
+        if remove == "finally":
+            try:
+                attach_and_run()
+            finally:
+                for h in handles:
+                    h.remove()
+        else:
+            attach_and_run()
+            for h in handles if remove == "after" else ():
                 h.remove()
         return recorded
     return record
 
 
 exercise.wrong("stores output.detach() without clone", mentions="in-place ReLU overwrote")(
-    _recorder_storing(lambda o: o.detach()))
+    _recorder(keep=lambda o: o.detach()))
+exercise.wrong("stores output.clone() that keeps the graph", mentions="still holds the autograd graph")(
+    _recorder(keep=lambda o: o.clone()))
+exercise.wrong("forgets to remove the hooks", mentions="still attached")(_recorder(remove="never"))
+exercise.wrong("removes the hooks after model(x), not in a finally:", mentions="still attached", hidden=True)(
+    _recorder(remove="after"))
+exercise.wrong("keeps a float32 copy", mentions="dtype included", hidden=True)(
+    _recorder(keep=lambda o: o.detach().float().clone()))
 
 
-exercise.wrong("stores output.clone() that keeps the graph", mentions="keeps the whole autograd graph")(
-    _recorder_storing(lambda o: o.clone()))
+@exercise.wrong("switches in-place off for good, to be safe", mentions="no need to switch it off")
+def _switches_off_for_good(model, x, names):
+    set_inplace(model, False)
+    return record_outputs(model, x, names)
+
+
+@exercise.wrong("finds the layers in dict(model.named_modules())", mentions="named_modules()", hidden=True)
+def _by_named_modules(model, x, names):
+    layers, recorded, handles = dict(model.named_modules()), {}, []
+    try:
+        for name in names:
+            handles.append(layers[name].register_forward_hook(
+                lambda m, a, o, name=name: recorded.__setitem__(name, o.detach().clone())))
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return recorded
 
 
 @exercise.wrong("returns a list of outputs instead of a dict", mentions="should be a dict")
 def _recorder_list(model, x, names):
     return list(record_outputs(model, x, names).values())
-
-
-@exercise.wrong("removes the hooks after model(x), not in a finally:", mentions="still attached", hidden=True)
-def _recorder_no_finally(model, x, names):
-    recorded, handles = {}, []
-    for name in names:
-        handles.append(model.get_submodule(name).register_forward_hook(
-            lambda m, a, o, name=name: recorded.__setitem__(name, o.detach().clone())))
-    model(x)
-    for h in handles:
-        h.remove()
-    return recorded
-
-
-@exercise.wrong("forgets to remove the hooks", mentions="still attached")
-def _leaky_recorder(model, x, names):
-    recorded = {}
-    for name in names:
-        model.get_submodule(name).register_forward_hook(
-            lambda m, a, o, name=name: recorded.__setitem__(name, o.detach().clone()))
-    model(x)
-    return recorded

@@ -1,4 +1,19 @@
-"""05_inplace_relu_pitfall, exercise: inplace_relu.switch_off_inplace."""
+"""05_inplace_relu_pitfall, exercise 2: switch off every in-place module.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- technique: looks at ``nn.ReLU`` only, or at a fixed list of activation classes (hidden:
+  Hardtanh, ELU, a home-made module); returns every module that *has* an ``inplace``
+  attribute; lists the modules without switching them off;
+- nested: walks ``model.named_children()`` only;
+- order: returns the names sorted, or in another order than ``named_modules()`` (hidden: a
+  model that lists ``leaky`` before ``clip`` before ``block``);
+- hidden: skips containers that have children, misses a class-level ``inplace = True``, lists a
+  shared module under each of its names, skips the model itself (``named_modules()[1:]``);
+- repeat: keeps its list outside the function, so a second call returns the first one's names;
+- left_as_found: changes something else of the model (train/eval, requires_grad);
+- a wrong type: forgets to return the list.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +22,18 @@ from collections import OrderedDict
 from torch import nn
 
 from ...models import SmallCNN, inplace_modules
+from .. import kit
 from ..core import Exercise, Tester
-from ._shared import _other_classes_model
+from ._shared import other_classes_model
 
 
 def switch_off_inplace(model):
     """Switch off every in-place module of `model`; return the names of those that were on."""
     ### BEGIN SOLUTION
     switched = []
-    for name, module in model.named_modules():
-        if getattr(module, "inplace", False) is True:
-            module.inplace = False
+    for name, submodule in model.named_modules():
+        if getattr(submodule, "inplace", False) is True:
+            submodule.inplace = False
             switched.append(name)
     return switched
     ### END SOLUTION
@@ -27,7 +43,7 @@ exercise = Exercise(
     "inplace_relu.switch_off_inplace", "Switch off every in-place module",
     task=("write switch_off_inplace(model) that sets inplace=False on every module of `model` "
           "that has inplace=True (whatever its class) and returns their names, in the order "
-          "model.named_modules() lists them"),
+          "model.named_modules() lists them; nothing else of the model changes"),
     hints=[
         "Loop over model.named_modules(); it gives (name, module) for every module, nested ones "
         "included.",
@@ -36,9 +52,15 @@ exercise = Exercise(
         "Set module.inplace = False and append the name only for modules that were in-place.",
     ],
     solution=switch_off_inplace,
-    guide="""looking at `nn.ReLU` only (Dropout, LeakyReLU, ReLU6, ELU, SiLU... have the flag too);
-    returning every module that *has* an `inplace` attribute instead of those that were in
-    place; listing them without setting `inplace = False`.""",
+    equivalent_mutants={},
+    guide="""looking at `nn.ReLU` only (Dropout, LeakyReLU, ReLU6, ELU, SiLU... have the flag too), or
+    at a fixed list of classes (caught at grading: Hardtanh, ELU and a home-made module); returning
+    every module that *has* an `inplace` attribute instead of those that were in place; listing
+    them without setting `inplace = False`; walking `named_children()`, which misses the nested
+    ones; a list kept outside the function, so a second call returns the first one's names. Also
+    at grading: names sorted instead of in `named_modules()` order; leaf modules only (a container
+    with its own flag is missed); a shared module listed under each name; the model itself
+    skipped.""",
 )
 
 
@@ -53,10 +75,18 @@ def _mixed_model() -> nn.Module:
     ]))
 
 
-@exercise.case("SmallCNN(inplace=True)")
+@exercise.case("two SmallCNN(inplace=True), one after the other (in eval mode, features.0 frozen)")
 def _(answer, t: Tester) -> None:
     model = t.track(SmallCNN(inplace=True, seed=0), "SmallCNN(inplace=True)")
-    got = answer(model)
+    twin = t.track(SmallCNN(inplace=True, seed=0), "a second SmallCNN(inplace=True)")
+    kit.freeze(model.eval(), "features.0")
+    with kit.LeftAsFound(t, model, name="SmallCNN (in eval mode, features.0 frozen)"):
+        got = answer(model)
+    again = answer(twin)
+    if isinstance(got, list) and isinstance(again, list) and all(isinstance(n, str) for n in got + again):
+        t.expect(again == got, what="switch_off_inplace(twin), after switch_off_inplace(model)", expected=got,
+                 got=again, nudge="the second call returned other names for the same kind of model: make the "
+                                  "list inside the function, a fresh one per call")
     expected = ["features.2", "features.5"]
     t.expect_type(got, list, what="switch_off_inplace(SmallCNN(inplace=True))",
                   nudge="return the list of the names of the modules you switched off")
@@ -101,65 +131,132 @@ def _(answer, t: Tester) -> None:
 
 @exercise.case("in-place LeakyReLU, Hardtanh, ELU and a home-made module, nested", hidden=True)
 def _(answer, t: Tester) -> None:
-    model = t.track(_other_classes_model(seed=3), "the nested model")
+    model = t.track(other_classes_model(seed=3), "the nested model")
     got = answer(model)
     expected = ["features.leaky", "features.clip", "features.block.elu", "features.block.swish"]
     t.expect_type(got, list, what="switch_off_inplace(model)",
                   nudge="return the list of the names of the modules you switched off")
     left = inplace_modules(model)
-    t.expect(got == expected and left == [], what="switch_off_inplace(model)", expected=expected, got=got,
-             nudge=("an `inplace` switch is not limited to the classes you know (ReLU, LeakyReLU, Dropout...): "
-                    "test getattr(module, 'inplace', False) is True, whatever its class"))
+    t.expect(sorted(map(str, got)) == sorted(expected) and left == [], what="switch_off_inplace(model)",
+             expected=expected, got=got, nudge=(
+                 "an `inplace` switch is not limited to the classes you know (ReLU, LeakyReLU, Dropout...): "
+                 "test getattr(module, 'inplace', False) is True, whatever its class"))
+    t.expect(got == expected, what="the order of the names", expected=expected, got=got,
+             nudge="return the names in the order model.named_modules() lists them (not sorted)")
 
 
-@exercise.wrong("only looks at nn.ReLU", mentions="whatever its class")
-def _relu_only(model):
+class _InplaceBlock(nn.Sequential):
+    """A container with its own ``inplace`` switch (it rectifies its result in place) and children."""
+
+    def __init__(self) -> None:
+        super().__init__(nn.Linear(4, 4), nn.ReLU(inplace=True))
+        self.inplace = True
+
+    def forward(self, x):
+        out = super().forward(x)
+        return out.clamp_(max=1.0) if self.inplace else out.clamp(max=1.0)
+
+
+class _AlwaysInplace(nn.Module):
+    """A module whose class says ``inplace = True`` (a class attribute, not set in ``__init__``)."""
+
+    inplace = True
+
+    def forward(self, x):
+        return x.tanh_() if self.inplace else x.tanh()
+
+
+def _odd_flags_model() -> nn.Module:
+    shared = nn.ReLU(inplace=True)
+    return nn.Sequential(OrderedDict([
+        ("stem", nn.Linear(4, 4)), ("act", shared), ("block", _InplaceBlock()), ("squash", _AlwaysInplace()),
+        ("again", shared), ("head", nn.Linear(4, 2)),
+    ]))
+
+
+@exercise.case("a container with its own inplace flag, a class-level flag and a ReLU held under two names",
+               hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_odd_flags_model(), "the model")
+    got = answer(model)
+    expected = ["act", "block", "block.1", "squash"]
+    t.expect_type(got, list, what="switch_off_inplace(model)",
+                  nudge="return the list of the names of the modules you switched off")
+    left = inplace_modules(model)
+    t.expect(left == [], what="in-place modules left afterwards", expected=[], got=left, nudge=(
+        "every module whose inplace is True must be switched off: also a container that has children, and a "
+        "module whose class sets inplace = True (getattr finds both)"))
+    t.expect(got == expected, what="switch_off_inplace(model)", expected=expected, got=got, nudge=(
+        "return each module once, under the name model.named_modules() gives it (a module held under two "
+        "names is listed once, under its first name)"))
+    alone = answer(nn.ReLU(inplace=True))
+    t.expect(alone == [""], what="switch_off_inplace(nn.ReLU(inplace=True))", expected=[""], got=alone, nudge=(
+        "the model itself may be in-place: model.named_modules() lists it first, under the name ''"))
+
+
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
+
+def _switcher(*, picks=lambda m: getattr(m, "inplace", False) is True, switch=True, walk="named_modules",
+              result=list):
+    """One factory for the near-copy wrong answers: which modules it picks, whether it switches
+    them off, how it walks the model, and what it returns (``result(names)``)."""
+    def answer(model):
+        names = []
+        for name, m in getattr(model, walk)():
+            if picks(m):
+                if switch:
+                    m.inplace = False
+                names.append(name)
+        return result(names)
+    return answer
+
+
+exercise.wrong("only looks at nn.ReLU", mentions="whatever its class")(
+    _switcher(picks=lambda m: isinstance(m, nn.ReLU) and m.inplace))
+exercise.wrong("returns every module with an inplace attribute", mentions="only the modules that were")(
+    _switcher(picks=lambda m: hasattr(m, "inplace")))
+exercise.wrong("lists them without switching them off", mentions="listing them is not enough")(
+    _switcher(switch=False))
+exercise.wrong("walks model.named_children() only", mentions="named_modules() goes into")(
+    _switcher(walk="named_children"))
+exercise.wrong("switches them off but forgets to return the names", mentions="None (nothing was returned)")(
+    _switcher(result=lambda names: None))
+exercise.wrong("tests a fixed list of activation classes", mentions="not limited to the classes", hidden=True)(
+    _switcher(picks=lambda m: isinstance(m, (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Dropout)) and m.inplace))
+exercise.wrong("returns the names sorted", mentions="not sorted", hidden=True)(_switcher(result=sorted))
+
+@exercise.wrong("looks at leaf modules only", mentions="container that has children", hidden=True)
+def _leaves_only(model):
+    return _switcher(picks=lambda m: getattr(m, "inplace", False) is True and not list(m.children()))(model)
+
+
+@exercise.wrong("skips the model itself", mentions="the model itself may be in-place", hidden=True)
+def _skips_root(model):
     names = []
-    for name, m in model.named_modules():
-        if isinstance(m, nn.ReLU) and m.inplace:
-            m.inplace = False
-            names.append(name)
-    return names
-
-
-@exercise.wrong("returns every module with an inplace attribute", mentions="only the modules that were")
-def _every_flag(model):
-    names = []
-    for name, m in model.named_modules():
-        if hasattr(m, "inplace"):
-            m.inplace = False
-            names.append(name)
-    return names
-
-
-@exercise.wrong("lists them without switching them off", mentions="listing them is not enough")
-def _list_only(model):
-    return [name for name, m in model.named_modules() if getattr(m, "inplace", False)]
-
-
-@exercise.wrong("walks model.named_children() only", mentions="named_modules() goes into")
-def _children_only(model):
-    names = []
-    for name, m in model.named_children():
+    for name, m in list(model.named_modules())[1:]:
         if getattr(m, "inplace", False) is True:
             m.inplace = False
             names.append(name)
     return names
 
 
-@exercise.wrong("switches them off but forgets to return the names", mentions="None (nothing was returned)")
-def _switch_returns_nothing(model):
-    for m in model.modules():
-        if getattr(m, "inplace", False) is True:
-            m.inplace = False
-
-
-@exercise.wrong("tests a fixed list of activation classes", mentions="not limited to the classes",
-                          hidden=True)
-def _known_classes(model):
+@exercise.wrong("lists a shared module under each of its names", mentions="listed once", hidden=True)
+def _every_name(model):
     names = []
-    for name, m in model.named_modules():
-        if isinstance(m, (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.Dropout)) and m.inplace:
+    for name, m in model.named_modules(remove_duplicate=False):
+        if getattr(m, "inplace", False) is True or any(m is model.get_submodule(n) for n in names):
             m.inplace = False
             names.append(name)
     return names
+
+
+_KEPT: list = []
+
+
+@exercise.wrong("keeps the list outside the function", mentions="a fresh one per call")
+def _kept_outside(model):
+    for name, m in model.named_modules():
+        if getattr(m, "inplace", False) is True:
+            m.inplace = False
+            _KEPT.append(name)
+    return list(_KEPT)
