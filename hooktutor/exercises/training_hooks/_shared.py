@@ -1,4 +1,9 @@
-"""Helpers shared by several exercises of 08_training_hooks.ipynb."""
+"""What the exercises of ``08_training_hooks.ipynb`` share: small seeded models, a training loop
+that only calls ``optimizer.step()``, and the optimizer's hooks counted.
+
+A general builder other lessons could use: :func:`train` with :func:`loss` trains any model whose
+first ``Linear`` reads the features of :func:`hooktutor.data.blobs`, in the model's own dtype.
+"""
 
 from __future__ import annotations
 
@@ -18,42 +23,55 @@ from .. import kit
 torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
-def _mlp(seed: int) -> nn.Module:
+def mlp(seed: int) -> nn.Module:
     return MLP(seed=seed)
 
 
-def _nested(seed: int) -> nn.Module:
+def nested(seed: int) -> nn.Module:
     """kit.Nested (layers two levels down) followed by a head: input (N, 4), output (N, 3)."""
     with seeded(seed):
         head = nn.Linear(3, 3)
     return nn.Sequential(OrderedDict(body=kit.Nested(seed=seed), head=head))
 
 
-def _loss(model: nn.Module, step: int, seed: int) -> torch.Tensor:
-    """The loss of training step ``step``: a cross-entropy on seeded data of the model's width."""
-    features = 4 if isinstance(model, nn.Sequential) and "body" in model._modules else 8
-    x, y = blobs(16, features=features, seed=seed + step)
-    return nn.functional.cross_entropy(model(x), y)
+def in_float64(build: Callable[[int], nn.Module]) -> Callable[[int], nn.Module]:
+    """Dimension ``dtype``: the same builder, its model in float64."""
+    def build64(seed: int) -> nn.Module:
+        return build(seed).to(torch.float64)
+    return build64
 
 
-def _train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int, seed: int,
-           after_step: Callable[[], None] | None = None) -> None:
+def loss(model: nn.Module, step: int, seed: int) -> torch.Tensor:
+    """The loss of training step ``step``: a cross-entropy on seeded data as wide as the model's
+    first Linear, in the model's dtype."""
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    x, y = blobs(16, features=first.in_features, seed=seed + step)
+    return nn.functional.cross_entropy(model(x.to(first.weight.dtype)), y)
+
+
+def train(model: nn.Module, optimizer: torch.optim.Optimizer, steps: int, seed: int) -> None:
+    """``steps`` steps of a plain loop: zero_grad, backward, ``optimizer.step()``; nothing else."""
     for step in range(steps):
         optimizer.zero_grad()
-        _loss(model, step, seed).backward()
+        loss(model, step, seed).backward()
         optimizer.step()
-        if after_step is not None:
-            after_step()
 
 
-def _user_hooks(optimizer: torch.optim.Optimizer, kind: str) -> int:
+def params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """Every parameter of ``optimizer``, group by group, in order."""
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
+def user_hooks(optimizer: torch.optim.Optimizer, kind: str) -> int:
+    """How many hooks of ``kind`` (``step_pre``, ``step_post``) not PyTorch's sit on ``optimizer``."""
     return len(list_hooks(optimizer, include_global=False).where(kind=kind, owner="user"))
 
 
-def _remove_all(handles: object) -> None:
+def remove_all(handles: object) -> None:
     """Remove a handle, or every handle in a list/tuple (what an answer returned)."""
     for h in handles if isinstance(handles, (list, tuple)) else [handles]:
-        if hasattr(h, "remove"):
-            h.remove()
-
-
+        if callable(getattr(h, "remove", None)):
+            try:
+                h.remove()
+            except Exception:  # noqa: S110 - a learner's handle that cannot remove: the leak check reports it
+                pass

@@ -1,4 +1,4 @@
-"""08_training_hooks, predict, then run: training_hooks.step_order."""
+"""08_training_hooks, predict, then run: the firing order of the hooks of one training step."""
 
 from __future__ import annotations
 
@@ -27,12 +27,13 @@ def _observe_step_order() -> list[str]:
     def note(label: str) -> Callable:
         return lambda *args: fired.append(label)
 
-    handles = [optimizer.register_step_post_hook(note("step post-hook")),
-               optimizer.register_step_pre_hook(note("step pre-hook")),
-               optim_hooks.register_optimizer_step_post_hook(note("global step post-hook")),
-               optim_hooks.register_optimizer_step_pre_hook(note("global step pre-hook")),
-               layer.weight.register_post_accumulate_grad_hook(note("post-accumulate-grad hook"))]
+    handles = []
     try:
+        handles += [optimizer.register_step_post_hook(note("step post-hook")),
+                    optimizer.register_step_pre_hook(note("step pre-hook")),
+                    optim_hooks.register_optimizer_step_post_hook(note("global step post-hook")),
+                    optim_hooks.register_optimizer_step_pre_hook(note("global step pre-hook")),
+                    layer.weight.register_post_accumulate_grad_hook(note("post-accumulate-grad hook"))]
         layer(torch.ones(1, 2)).sum().backward()
         optimizer.step()
     finally:
@@ -75,22 +76,15 @@ exercise = Prediction(
     summary="the post-accumulate-grad hook during backward(); then global pre, own pre, the update, own post, "
             "global post.",
     guide="""the post-accumulate-grad hook inside `step()` (it fires during `backward()`); the
-    optimizer's own step hooks before the global ones (the global ones wrap them);
-    registration order (pre-hooks run before the update, post-hooks after it, whatever came
-    first).""",
+    optimizer's own step hooks before the global ones (the global ones wrap them); registration
+    order (pre-hooks run before the update, post-hooks after it, whatever came first).""",
 )
-
-
 exercise.wrong("the post-accumulate-grad hook inside step()",
-                 ["global step pre-hook", "step pre-hook", "post-accumulate-grad hook", "step post-hook",
-                  "global step post-hook"], "after backward() has finished")
-
-
+               ["global step pre-hook", "step pre-hook", "post-accumulate-grad hook", "step post-hook",
+                "global step post-hook"], "after backward() has finished")
 exercise.wrong("the optimizer's own hooks before the global ones",
-                 ["post-accumulate-grad hook", "step pre-hook", "global step pre-hook", "global step post-hook",
-                  "step post-hook"], "global step pre-hooks first")
-
-
+               ["post-accumulate-grad hook", "step pre-hook", "global step pre-hook", "global step post-hook",
+                "step post-hook"], "global step pre-hooks first")
 exercise.wrong("in registration order",
-                 ["step post-hook", "step pre-hook", "global step post-hook", "global step pre-hook",
-                  "post-accumulate-grad hook"], "inside loss.backward()")
+               ["step post-hook", "step pre-hook", "global step post-hook", "global step pre-hook",
+                "post-accumulate-grad hook"], "inside loss.backward()")
