@@ -12,10 +12,11 @@ from torch import nn
 
 from hooktutor.data import blobs
 from hooktutor.exercises import backward_hooks, capstone, inplace_relu, kit
-from hooktutor.exercises.backward_hooks._shared import _linear_output_norms
+from hooktutor.exercises.backward_hooks._shared import _linear_output_norms, _quiet, _sigmoid_stack
+from hooktutor.exercises.backward_hooks.clip_input_grad import _SkipAround
 from hooktutor.exercises.capstone.dead_channels import _dim_batches, _probe_model
 from hooktutor.exercises.capstone.first_nonfinite import _LSTMThenLog
-from hooktutor.exercises.inplace_relu._shared import other_classes_model as _other_classes_model
+from hooktutor.exercises.inplace_relu._shared import other_classes_model
 
 MINE = {ex.key: ex for mod in (backward_hooks, capstone, inplace_relu)
         for ex in vars(mod).values() if type(ex).__name__ == "Exercise"}
@@ -66,7 +67,7 @@ def test_the_reordered_model_backpropagates_in_another_order_than_named_modules(
 
 
 def test_a_full_backward_hook_before_any_inplace_module_raises_whatever_its_class():
-    model = _other_classes_model(seed=17)
+    model = other_classes_model(seed=17)
     for m in model.modules():
         if isinstance(m, nn.ReLU):
             m.inplace = False
@@ -96,3 +97,52 @@ def test_the_lstm_returns_a_tuple_that_isfinite_refuses():
     assert isinstance(out, tuple)
     with pytest.raises(TypeError, match="not tuple"):
         torch.isfinite(out)
+
+
+def test_a_full_backward_hook_reads_the_same_float_as_retain_grad_so_a_threshold_can_equal_a_norm():
+    model, (x, _) = _sigmoid_stack(4, seed=3), blobs(4, seed=3)
+    fired = {}
+    handles = [m.register_full_backward_hook(lambda m, gi, go, n=n: fired.__setitem__(n, go[0].norm().item()))
+               for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    try:
+        with _quiet():
+            model(x).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
+    assert fired == _linear_output_norms(model, x)
+
+
+def test_a_dropout_in_eval_hands_its_hook_the_gradient_the_skip_connection_gets_too():
+    results = {}
+    for how in ("clamp", "clamp_"):
+        model = _SkipAround(seed=7)
+        handle = model.drop.register_full_backward_hook(
+            lambda m, gi, go, how=how: tuple(getattr(g, how)(-0.5, 0.5) for g in gi))
+        try:
+            (3.0 * model(kit.randn(4, 3, seed=7))).sum().backward()
+        finally:
+            handle.remove()
+        results[how] = model.fc.bias.grad
+    assert results["clamp"].tolist() == [14.0] * 3 and results["clamp_"].tolist() == [4.0] * 3
+
+
+def test_backward_adds_into_an_existing_grad_in_place():
+    w = torch.ones(2, requires_grad=True)
+    (w * 2).sum().backward()
+    kept = w.grad
+    (w * 3).sum().backward()
+    assert w.grad is kept and kept.tolist() == [5.0, 5.0]
+
+
+def test_a_finite_float64_value_beyond_float32s_range_becomes_inf_in_float32():
+    x = torch.tensor([1e200], dtype=torch.float64)
+    assert torch.isfinite(x).all() and not torch.isfinite(x.float()).all()
+
+
+@pytest.mark.parametrize("shape", [(4, 5), (4, 5, 3), (4, 5, 3, 3)])
+def test_dead_channels_reads_dimension_1_whatever_the_number_of_dimensions(shape):
+    model = nn.Sequential(nn.Identity())
+    x = -torch.ones(shape)
+    x[1, 2] = 1.0   # channel 2 fires, for one example only
+    assert capstone.dead_channels.reference(model, model[0], lambda: model(x)) == [0, 1, 3, 4]

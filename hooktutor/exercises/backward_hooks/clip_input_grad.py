@@ -1,4 +1,20 @@
-"""04_backward_hooks, exercise: backward_hooks.clip_input_grad."""
+"""04_backward_hooks, exercise: a full backward hook that clamps ``grad_input``; the caller removes it.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- technique: the legacy ``register_backward_hook`` (on a ``Linear`` its ``grad_input`` holds the
+  layer's own bias and weight gradients, so they get clamped too); returns a bare tensor instead
+  of a tuple with one entry per entry of ``grad_input``; clamps only the upper side;
+- alias: clamps ``grad_input`` in place (``clamp_``): a pass-through layer (a Dropout in eval
+  mode) on a residual branch hands back the very tensor the skip connection also receives, so
+  the skip's gradient is clamped too;
+- twice: the layer runs twice in one forward (the hook fires once per call);
+- nd: a conv on 4-D tensors, in float64 (dtype);
+- a module with two tensor inputs (clamps only ``grad_input[0]``) and one with a Python float
+  input (``grad_input`` holds ``None``: clamps ``None``);
+- reattach: one call attaches exactly one hook, and the handle returned is the one to remove
+  (forgets to return the handle).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +26,7 @@ from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from ...data import blobs
-from ...models import MLP, TwoInputNet
+from ...models import MLP, TwoInputNet, seeded
 from .. import kit
 from ..core import Exercise, Tester
 from ._shared import _quiet
@@ -51,14 +67,19 @@ exercise = Exercise(
         "'NoneType' object has no attribute": (
             "grad_input holds None for inputs that are not tensors (or when no input requires "
             "grad): keep None entries as None and clamp only the tensors."),
+        "has changed the type of value": (
+            "your hook returned a gradient in another dtype than the one it received (a .float()?): "
+            "g.clamp(-max_abs, max_abs) keeps the dtype, return it as it is."),
         "Cannot use both regular backward hooks and full backward hooks": (
             "a legacy register_backward_hook was attached to this module before; use only "
             "register_full_backward_hook."),
     },
     guide="""returning a tensor instead of a tuple with one entry per entry of `grad_input`; using the
-    legacy `register_backward_hook`, whose `grad_input` of a `Linear` holds the bias and
-    weight gradients, so the layer's own gradients change; clamping `None` entries (keep
-    them `None`).""",
+    legacy `register_backward_hook`, whose `grad_input` of a `Linear` holds the bias and weight
+    gradients, so the layer's own gradients change; clamping `None` entries (keep them `None`);
+    clamping only `grad_input[0]` of a module with two inputs; clamping in place with `clamp_`,
+    which also clamps the gradient of a skip connection when the layer passes its gradient
+    through unchanged (a Dropout in eval mode on a residual branch).""",
 )
 
 
@@ -87,9 +108,14 @@ def _(answer, t: Tester) -> None:
     with _quiet():
         handle = _handle_of(answer, t, model.fc2, limit)
         try:
+            attached = kit.hook_count(model.fc2)
             model(x).sum().backward()
         finally:
             handle.remove()
+    t.expect(attached == 1, what="hooks on fc2 after one clip_input_grad(model.fc2, max_abs)", expected=1,
+             got=attached, nudge=(
+        "attach one full backward hook per call, to `layer` itself (layer.register_full_backward_hook, not "
+        "a global hook), and return its handle"))
     t.expect_type(model.fc1.weight.grad, torch.Tensor, what="model.fc1.weight.grad",
                   nudge="no gradient reached fc1: return the clamped grad_input (a detach() or a None "
                         "where a tensor was cuts the backward pass)")
@@ -151,11 +177,11 @@ def _(answer, t: Tester) -> None:
                          "second call first), and the layer's own weight gradient comes from those values")
 
 
-@exercise.case("the last conv of a small CNN, on 4-D tensors (N, C, H, W)")
+@exercise.case("the last conv of a small CNN in float64, on 4-D tensors (N, C, H, W)")
 def _(answer, t: Tester) -> None:
-    model = t.track(kit.conv_model(4, seed=6), "the small CNN")
+    model, x = kit.in_dtype(kit.conv_model(4, seed=6), kit.conv_input(4, seed=6))
+    t.track(model, "the small float64 CNN")
     reference = copy.deepcopy(model)
-    x = kit.conv_input(4, seed=6)
     limit = 0.05
     hidden = reference[1](reference[0](x))
     hidden.register_hook(lambda g: g.clamp(-limit, limit))
@@ -209,6 +235,44 @@ def _(answer, t: Tester) -> None:
                    nudge="here grad_input is (None,): return (None,) or the tuple unchanged")
 
 
+class _SkipAround(nn.Module):
+    """``fc(x)`` feeds a Dropout (in eval mode: it passes the gradient through unchanged) and a
+    skip connection: ``drop(h) + h``."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.fc = nn.Linear(3, 3)
+        self.drop = nn.Dropout(0.5).eval()
+
+    def forward(self, x):
+        h = self.fc(x)
+        return self.drop(h) + h
+
+
+@exercise.case("a Dropout in eval mode on a residual branch: its gradient is the skip's too", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_SkipAround(seed=7), "the model with a skip connection")
+    x = kit.randn(4, 3, seed=7)
+    limit = 0.5
+    # reference: only the branch through drop is clamped (a tensor hook on a copy of h that feeds drop)
+    reference = copy.deepcopy(model)
+    h = reference.fc(x)
+    branch = h * 1.0
+    branch.register_hook(lambda g: g.clamp(-limit, limit))
+    (3.0 * (branch + h)).sum().backward()
+    with _quiet():
+        handle = _handle_of(answer, t, model.drop, limit)
+        try:
+            (3.0 * model(x)).sum().backward()
+        finally:
+            handle.remove()
+    t.expect_close(model.fc.bias.grad, reference.fc.bias.grad, what="model.fc.bias.grad", nudge=(
+        "the gradient of the skip connection was clamped too: a layer that passes its gradient through "
+        "unchanged hands your hook the same tensor the skip receives, so clamp_() in place changes both. "
+        "Return new tensors: g.clamp(-max_abs, max_abs)"))
+
+
 @exercise.wrong("returns a tensor instead of a tuple", mentions="tuple")
 def _bare_tensor(layer, max_abs):
     def hook(module, grad_input, grad_output):
@@ -252,19 +316,8 @@ def _first_only(layer, max_abs):
     return layer.register_full_backward_hook(hook)
 
 
-@exercise.case("the last layer, a Flatten, whose grad_input comes straight from .sum() (an expanded tensor)")
-def _(answer, t: Tester) -> None:
-    model = t.track(nn.Sequential(nn.Linear(3, 4), nn.Flatten()), "a Linear followed by a Flatten")
-    with torch.no_grad():
-        model[0].weight.copy_(torch.linspace(-1, 1, 12).reshape(4, 3))
-    x = torch.tensor([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]])
-    with _quiet():
-        handle = _handle_of(answer, t, model[1], 0.5)
-        try:
-            model(x).sum().backward()
-        finally:
-            handle.remove()
-    # every gradient entry is 1.0, clamped to 0.5: fc's weight gradient is 0.5 * the column sums of x
-    t.expect_close(model[0].weight.grad, 0.5 * x.sum(0).expand(4, 3), what="model[0].weight.grad", nudge=(
-        "the gradient the layer receives from .sum() is an expanded tensor (every entry shares one "
-        "memory location): return new tensors (g.clamp(...)), never edit grad_input in place (g.clamp_)"))
+@exercise.wrong("clamps grad_input in place with clamp_", mentions="skip connection", hidden=True)
+def _in_place(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        return tuple(None if g is None else g.clamp_(-max_abs, max_abs) for g in grad_input)
+    return layer.register_full_backward_hook(hook)

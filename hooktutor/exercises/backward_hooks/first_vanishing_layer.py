@@ -1,8 +1,27 @@
-"""04_backward_hooks, exercise: backward_hooks.first_vanishing_layer."""
+"""04_backward_hooks, exercise: the first Linear, from the output, whose output gradient is below a threshold.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- order: scans from the input instead of from the output; walks ``reversed(named_modules())``,
+  the order the layers were defined in, instead of the order the hooks fire (a model that
+  defines ``head``, ``mid``, ``stem`` and runs them the other way round, ``kit.Reordered``);
+- technique: measures ``grad_input[0]`` instead of ``grad_output[0]``; the legacy
+  ``register_backward_hook`` (same numbers on a ``Linear``, the wrong hook);
+- nested, nd: walks ``named_children()`` (misses the Linears inside blocks), on a 3-D input;
+- dtype: a float64 model;
+- raises: no ``finally:`` (the model raises halfway), or no removal at all;
+- a boundary: counts a norm equal to the threshold as below it (``<=``);
+- order, twice: returns the largest norm below the threshold instead of the first (gradients that
+  grow again towards the input); keeps one value per name in a dict, so a Linear called twice is
+  judged by its last firing only (hidden);
+- left_as_found: zeroes the model's gradients before or after the task's backward; makes the
+  caller's ``x`` require grad;
+- a subclass of ``nn.Linear`` skipped (``type(m) is nn.Linear``);
+- a wrong type: returns ``(name, norm)`` instead of the name.
+"""
 
 from __future__ import annotations
 
-import copy
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -13,7 +32,20 @@ from ...data import blobs
 from ...models import MLP, seeded
 from .. import kit
 from ..core import Exercise, Tester
-from ._shared import _linear_output_norms, _quiet, _sigmoid_stack
+from ._shared import (
+    FullHookWitness,
+    _grads,
+    _halfway_through_a_step,
+    _linear_output_norms,
+    _linears,
+    _quiet,
+    _sigmoid_stack,
+    _what_backward_adds,
+    _with_sublinear,
+    expect_full_hooks,
+    expect_input_as_found,
+    expect_one_backward_added,
+)
 
 
 def first_vanishing_layer(model, x, threshold):
@@ -45,25 +77,12 @@ def _nested_sigmoid_stack(depth: int, width: int = 16, *, seed: int) -> nn.Seque
     return nn.Sequential(OrderedDict([("blocks", nn.Sequential(blocks)), ("head", head)]))
 
 
-def _reference_norms(model: nn.Sequential, x: torch.Tensor) -> dict[str, float]:
-    """Norm of d(model(x).sum())/d(output) of every Linear child, without any hook."""
-    model = copy.deepcopy(model)
-    outs: dict[str, torch.Tensor] = {}
-    h = x
-    for name, layer in model.named_children():
-        h = layer.forward(h)
-        if isinstance(layer, nn.Linear):
-            h.retain_grad()
-            outs[name] = h
-    h.sum().backward()
-    return {name: float(out.grad.norm()) for name, out in outs.items()}
-
-
 exercise = Exercise(
     "backward_hooks.first_vanishing_layer", "Find where the gradient vanishes",
     task=("write first_vanishing_layer(model, x, threshold) that runs model(x).sum().backward() "
-          "with full backward hooks on every nn.Linear and returns the name of the first Linear, "
-          "walking from the output towards the input, whose output gradient has a norm below "
+          "with full backward hooks on every nn.Linear (no in-place op follows one) and returns the "
+          "name of the first Linear, walking from the output towards the input (a Linear called twice "
+          "is met once per call), whose output gradient has a norm below "
           "`threshold` (None if there is none). Every hook must be removed afterwards, also when the "
           "model raises"),
     hints=[
@@ -74,18 +93,20 @@ exercise = Exercise(
         "handles in a finally: block.",
     ],
     solution=first_vanishing_layer,
-    equivalent_mutants={
-        "hook-kind@8: register_full_backward_hook -> register_backward_hook": (
-            "only grad_output is read, and the legacy hook's grad_output is the gradient of the "
-            "module's output too (its grad_input is what it gets wrong)"),
-        "number@9: 0 -> -1": "grad_output of a Linear holds one tensor: go[0] is go[-1]",
-    },
     errors={"'NoneType' object has no attribute": (
         "grad_input[0] is None for the first layer when x does not require grad; measure "
         "grad_output[0], the gradient with respect to the layer's output.")},
+    equivalent_mutants={
+        "number@9: 0 -> -1": "a Linear has one output, so grad_output has one entry: go[-1] is go[0]",
+    },
     guide="""scanning from the input instead of from the output (backward hooks fire from the output
-    towards the input, so the recorded order is already the right one); leaving hooks
-    attached.""",
+    towards the input, so the recorded order is already the right one); walking
+    `reversed(named_modules())`, which is the order the layers were defined in, not the order they
+    run; returning the largest norm below the threshold instead of the first; one value per name (a
+    dict), which judges a Linear called twice by its last firing only; counting a norm equal to the
+    threshold as below it; testing `type(m) is nn.Linear`, which misses subclasses; zeroing the
+    model's gradients, or making `x` require grad; leaving hooks attached, or removing them outside a
+    `finally:`.""",
 )
 
 
@@ -111,7 +132,7 @@ def _check_vanishing(answer: Callable, t: Tester, model: nn.Sequential, x: torch
 def _(answer, t: Tester) -> None:
     model = t.track(_sigmoid_stack(8, seed=0), "the sigmoid stack")
     x, _ = blobs(32, seed=0)
-    norms = _reference_norms(model, x)
+    norms = _linear_output_norms(model, x)
     threshold = (norms["fc4"] * norms["fc5"]) ** 0.5
     _check_vanishing(answer, t, model, x, threshold, "fc4", "first_vanishing_layer(stack, x, threshold)")
 
@@ -120,26 +141,77 @@ def _(answer, t: Tester) -> None:
 def _(answer, t: Tester) -> None:
     model = t.track(_sigmoid_stack(5, seed=7), "the sigmoid stack")
     x, _ = blobs(16, seed=7)
-    threshold = min(_reference_norms(model, x).values()) / 10
+    threshold = min(_linear_output_norms(model, x).values()) / 10
     _check_vanishing(answer, t, model, x, threshold, None, "first_vanishing_layer(stack, x, tiny)")
 
 
-@exercise.case("an MLP and a threshold above every norm: the output layer itself")
+@exercise.case("an MLP halfway through a training step, whose head is a subclass of nn.Linear, and a "
+               "threshold above every norm: the output layer itself")
 def _(answer, t: Tester) -> None:
-    model = t.track(MLP(seed=8), "the MLP")
+    model = t.track(_with_sublinear(MLP(seed=8), "head"), "the MLP")
     x, _ = blobs(16, seed=8)
-    threshold = max(_reference_norms(model, x).values()) * 10
-    _check_vanishing(answer, t, model, x, threshold, "head", "first_vanishing_layer(mlp, x, huge)")
+    _halfway_through_a_step(model, blobs(4, seed=80)[0])
+    before, added = _grads(model), _what_backward_adds(model, x)
+    threshold = max(_linear_output_norms(model, x).values()) * 10
+    with _quiet():
+        got = answer(model, x, threshold)
+    t.expect(got != "fc2", what="first_vanishing_layer(mlp, x, huge)", expected="head", got=got, nudge=(
+        "head is a subclass of nn.Linear, which is a Linear too (nn.MultiheadAttention's out_proj is one): "
+        "test isinstance(module, nn.Linear), not type(module) is nn.Linear"))
+    _check_vanishing(lambda *args: got, t, model, x, threshold, "head", "first_vanishing_layer(mlp, x, huge)")
+    expect_input_as_found(t, x, "first_vanishing_layer(mlp, x, huge)")
+    expect_one_backward_added(t, model, before, added)
 
 
-@exercise.case("a nested sigmoid stack (Linears inside blocks) on a 3-D input")
+class _Regrowing(nn.Sequential):
+    """``fc1 fc2 fc3 head``, no activations, weights chosen so that the output gradients' norms
+    are, from the output: head 2, fc3 4, fc2 0.2, fc1 1.0 (for 4 examples): they grow again."""
+
+    def __init__(self) -> None:
+        super().__init__(OrderedDict((n, nn.Linear(4, 4 if n != "head" else 1)) for n in ("fc1", "fc2", "fc3", "head")))
+        with torch.no_grad():
+            for layer, weight in ((self.fc1, 1.0), (self.fc2, 5.0), (self.fc3, 0.05)):
+                layer.weight.copy_(weight * torch.eye(4))
+            self.head.weight.fill_(1.0)
+            for layer in self:
+                layer.bias.zero_()
+
+
+@exercise.case("gradients that grow again towards the input: the first below the threshold is not the largest")
 def _(answer, t: Tester) -> None:
-    model = t.track(_nested_sigmoid_stack(6, seed=2), "the nested sigmoid stack")
-    x = blobs(12, seed=2)[0].reshape(4, 3, 8)
+    model = t.track(_Regrowing(), "the model whose gradients grow again")
+    x = kit.randn(4, 4, seed=12)
+    with _quiet():
+        got = answer(model, x, 1.5)
+    t.expect(got != "fc1", what="first_vanishing_layer(model, x, 1.5)", expected="fc2", got=got, nudge=(
+        "fc1's norm (1.0) is below the threshold, but fc2's (0.2) comes first, walking from the output: "
+        "return the first Linear, from the output, whose norm is below it, not the largest such norm"))
+    _check_vanishing(lambda *args: got, t, model, x, 1.5, "fc2", "first_vanishing_layer(model, x, 1.5)")
+
+
+@exercise.case("a float64 nested sigmoid stack (Linears inside blocks) on a 3-D input")
+def _(answer, t: Tester) -> None:
+    model, x = kit.in_dtype(_nested_sigmoid_stack(6, seed=2), blobs(12, seed=2)[0].reshape(4, 3, 8))
+    t.track(model, "the nested sigmoid stack")
     norms = _linear_output_norms(model, x)
     threshold = (norms["blocks.2.fc"] * norms["blocks.3.fc"]) ** 0.5
-    _check_vanishing(answer, t, model, x, threshold, "blocks.2.fc",
-                     "first_vanishing_layer(nested stack, x, threshold)")
+    with FullHookWitness(_linears(model)) as witness:
+        _check_vanishing(answer, t, model, x, threshold, "blocks.2.fc",
+                         "first_vanishing_layer(nested stack, x, threshold)")
+    expect_full_hooks(t, witness)
+
+
+@exercise.case("a threshold equal to the norm of fc3: below means strictly below")
+def _(answer, t: Tester) -> None:
+    model = t.track(_sigmoid_stack(4, seed=3), "the sigmoid stack")
+    x, _ = blobs(4, seed=3)
+    norms = _linear_output_norms(model, x)   # the same float the hooks read: grad_output[0].norm()
+    with _quiet():
+        got = answer(model, x, norms["fc3"])
+    t.expect(got == "fc2", what="first_vanishing_layer(stack, x, threshold=norm of fc3)", expected="fc2",
+             got=got, nudge=("fc3's norm equals the threshold, which is not below it: compare with "
+                             "norm < threshold" if got == "fc3" else
+                             "fc2 is the first Linear, from the output, whose norm is below the threshold"))
 
 
 @exercise.case("a model that defines head, mid, stem but runs stem, mid, head", hidden=True)
@@ -163,106 +235,107 @@ def _(answer, t: Tester) -> None:
         kit.call_expecting_kit_error(answer, model, kit.randn(3, 4, seed=10), 0.1)
 
 
-@exercise.wrong("scans from the input instead of from the output", mentions="from the output")
-def _from_input(model, x, threshold):
-    norms, handles = {}, []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear):
-            handles.append(module.register_full_backward_hook(
-                lambda m, gi, go, name=name: norms.__setitem__(name, go[0].norm().item())))
-    try:
-        model(x).sum().backward()
-    finally:
-        for h in handles:
-            h.remove()
-    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]  # input -> output
-    return next((n for n in names if norms[n] < threshold), None)
+class _CalledTwice(nn.Module):
+    """``out(block(block(x)))``, ``block`` = 3 * identity, ``out`` = 0.1 * ones: the output
+    gradients' norms are, from the output: out 2, block (second call) 0.4, block (first call) 1.2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block, self.out = nn.Linear(4, 4), nn.Linear(4, 1)
+        with torch.no_grad():
+            self.block.weight.copy_(3.0 * torch.eye(4))
+            self.out.weight.fill_(0.1)
+            self.block.bias.zero_()
+            self.out.bias.zero_()
+
+    def forward(self, x):
+        return self.out(self.block(self.block(x)))
 
 
-@exercise.wrong("forgets to remove the hooks", mentions="still attached")
-def _leaky_vanishing(model, x, threshold):
-    fired = []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear):
-            module.register_full_backward_hook(
-                lambda m, gi, go, name=name: fired.append((name, go[0].norm().item())))
-    model(x).sum().backward()
-    return next((n for n, v in fired if v < threshold), None)
-
-
-@exercise.wrong("walks model.named_children(): misses nested Linears", mentions="named_modules()")
-def _vanishing_children(model, x, threshold):
-    fired, handles = [], []
-    for name, module in model.named_children():
-        if isinstance(module, nn.Linear):
-            handles.append(module.register_full_backward_hook(
-                lambda m, gi, go, name=name: fired.append((name, go[0].norm().item()))))
-    try:
-        model(x).sum().backward()
-    finally:
-        for h in handles:
-            h.remove()
-    return next((n for n, v in fired if v < threshold), None)
-
-
-@exercise.wrong("returns (name, norm) instead of the name", mentions="only the layer's name")
-def _name_and_norm(model, x, threshold):
-    fired, handles = [], []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear):
-            handles.append(module.register_full_backward_hook(
-                lambda m, gi, go, name=name: fired.append((name, go[0].norm().item()))))
-    try:
-        model(x).sum().backward()
-    finally:
-        for h in handles:
-            h.remove()
-    return next(((n, v) for n, v in fired if v < threshold), None)
-
-
-@exercise.wrong("measures grad_input[0] instead of grad_output[0]", mentions="grad_output[0]")
-def _vanishing_grad_input(model, x, threshold):
-    fired, handles = [], []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear):
-            handles.append(module.register_full_backward_hook(
-                lambda m, gi, go, name=name: fired.append((name, gi[0].norm().item()))))
-    try:
-        model(x).sum().backward()
-    finally:
-        for h in handles:
-            h.remove()
-    return next((n for n, v in fired if v < threshold), None)
-
-
-@exercise.wrong("walks reversed(named_modules()) instead of the order the hooks fire",
-                             mentions="order your hooks fire", hidden=True)
-def _reversed_definition_order(model, x, threshold):
-    norms, handles = {}, []
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear):
-            handles.append(module.register_full_backward_hook(
-                lambda m, gi, go, name=name: norms.__setitem__(name, go[0].norm().item())))
-    try:
-        model(x).sum().backward()
-    finally:
-        for h in handles:
-            h.remove()
-    names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
-    return next((n for n in reversed(names) if norms[n] < threshold), None)
-
-
-@exercise.case("a dead layer whose gradient is exactly 0, with threshold 0: nothing is below 0")
+@exercise.case("a Linear called twice in one forward: its second call is below the threshold", hidden=True)
 def _(answer, t: Tester) -> None:
-    with seeded(6):
-        model = nn.Sequential(OrderedDict(fc1=nn.Linear(8, 4), act1=nn.ReLU(), fc2=nn.Linear(4, 4),
-                                          act2=nn.ReLU(), head=nn.Linear(4, 1)))
-    with torch.no_grad():
-        model.fc2.bias.fill_(-100.0)   # act2 is 0 everywhere: fc2 and fc1 get a gradient of exactly 0
-    t.track(model, "a model with a dead layer")
-    x, _ = blobs(8, seed=6)
+    model = t.track(_CalledTwice(), "the model that calls block twice")
     with _quiet():
-        got = answer(model, x, 0.0)
-    t.expect(got is None, what="first_vanishing_layer(model, x, threshold=0.0)", expected=None, got=got,
-             nudge="a norm of exactly 0 is not below a threshold of 0: compare with norm < threshold, "
-                   "strictly")
+        got = answer(model, kit.randn(4, 4, seed=13), 1.0)
+    t.expect(got == "block", what="first_vanishing_layer(model, x, 1.0)", expected="block", got=got, nudge=(
+        "block runs twice, so its hook fires twice, and the first firing (its second call, nearer the output) "
+        "is already below the threshold: walk the firings, one per call, not one value per name"))
+
+
+def _vanishing(*, read="output", walk="modules", order="fired", compare="<", register="full",
+               remove="finally", result="name", select="isinstance", pick="first", prepare=None):
+    """One factory for the near-copy wrong answers: which gradient is measured ("output", "input"),
+    which modules are hooked ("modules", "children"), in which order the names are scanned
+    ("fired": as the hooks fired; "defined": named_modules(), from the input; "reversed": the
+    reverse of named_modules()), how a norm is compared ("<", "<="), which hook ("full",
+    "legacy"), how the hooks are removed ("finally", "after", "never"), what is returned
+    ("name", "pair": (name, norm)), how a Linear is recognised ("isinstance", "type": type(m) is
+    nn.Linear), which name below the threshold is picked ("first", "largest": the largest norm
+    below it; "dict": the first of a dict name -> last norm) and what is done to the model or x
+    first ("zero_grad", "requires_grad")."""
+    def answer(model, x, threshold):
+        fired, handles = [], []
+        if prepare == "zero_grad":
+            model.zero_grad()
+        elif prepare == "requires_grad":
+            x.requires_grad_()
+        items = model.named_modules() if walk == "modules" else model.named_children()
+        for name, module in items:
+            if isinstance(module, nn.Linear) if select == "isinstance" else type(module) is nn.Linear:
+                def hook(m, gi, go, name=name):
+                    fired.append((name, (go if read == "output" else gi)[0].norm().item()))
+                register_hook = (module.register_full_backward_hook if register == "full"
+                                 else module.register_backward_hook)
+                handles.append(register_hook(hook))
+        if remove == "finally":
+            try:
+                model(x).sum().backward()
+            finally:
+                for h in handles:
+                    h.remove()
+        else:
+            model(x).sum().backward()
+            if remove == "after":
+                for h in handles:
+                    h.remove()
+        if order != "fired":
+            norms = dict(fired)
+            names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+            fired = [(n, norms[n]) for n in (names if order == "defined" else reversed(names))]
+        if pick == "dict":
+            fired = list(dict(fired).items())
+        below = [(n, v) for n, v in fired if (v < threshold if compare == "<" else v <= threshold)]
+        if not below:
+            return None
+        if pick == "largest":
+            below = [max(below, key=lambda nv: nv[1])]
+        return below[0][0] if result == "name" else below[0]
+    return answer
+
+
+exercise.wrong("scans from the input instead of from the output", mentions="from the output")(
+    _vanishing(order="defined"))
+exercise.wrong("forgets to remove the hooks", mentions="still attached")(_vanishing(remove="never"))
+exercise.wrong("walks model.named_children(): misses nested Linears", mentions="named_modules()")(
+    _vanishing(walk="children"))
+exercise.wrong("returns (name, norm) instead of the name", mentions="only the layer's name")(
+    _vanishing(result="pair"))
+exercise.wrong("measures grad_input[0] instead of grad_output[0]", mentions="grad_output[0]")(
+    _vanishing(read="input"))
+exercise.wrong("uses the legacy register_backward_hook", mentions="legacy")(_vanishing(register="legacy"))
+exercise.wrong("counts a norm equal to the threshold as below it", mentions="norm < threshold")(
+    _vanishing(compare="<="))
+exercise.wrong("tests type(m) is nn.Linear: misses a subclass", mentions="isinstance(module, nn.Linear)")(
+    _vanishing(select="type"))
+exercise.wrong("zeroes the model's gradients first", mentions="do not zero the gradients")(
+    _vanishing(prepare="zero_grad"))
+exercise.wrong("makes the caller's x require grad", mentions="leave the caller's input")(
+    _vanishing(prepare="requires_grad"))
+exercise.wrong("returns the largest norm below the threshold", mentions="first Linear, from the output")(
+    _vanishing(pick="largest"))
+exercise.wrong("keeps one norm per name in a dict: a Linear called twice is judged by its last firing",
+               mentions="one per call", hidden=True)(_vanishing(pick="dict"))
+exercise.wrong("walks reversed(named_modules()) instead of the order the hooks fire",
+               mentions="order your hooks fire", hidden=True)(_vanishing(order="reversed"))
+exercise.wrong("removes the hooks after backward, not in a finally:", mentions="still attached", hidden=True)(
+    _vanishing(remove="after"))

@@ -1,4 +1,4 @@
-"""04_backward_hooks, predict, then run: backward_hooks.zeroed_grad_input."""
+"""04_backward_hooks, predict, then run: which weight gradients a full backward hook that zeroes grad_input changes."""
 
 from __future__ import annotations
 

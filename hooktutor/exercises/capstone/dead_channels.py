@@ -1,4 +1,22 @@
-"""07_capstone, exercise: capstone.dead_channels."""
+"""07_capstone, exercise: the channels of a layer that never fired during a whole run, from one forward hook.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- repeat (several calls in one run): keeps only the last call instead of combining them;
+- nd: assumes 4-D outputs (``amax(dim=(0, 2, 3))``), or at least one dimension after the channels
+  (``(output > 0).any(dim=0).flatten(1)``, the old reference's own bug): a ``Linear -> ReLU``
+  gives ``(N, C)``, a ``Conv1d`` ``(N, C, L)``;
+- technique: looks at the first example of each batch only; counts a channel as fired only when
+  its output is above 1 or above a tolerance, not above 0 (a channel whose output is 1e-7); counts
+  a nonzero (negative) output, or a positive mean, as fired (the Linear itself hooked); looks at
+  the layer's input in a pre-hook; replaces ``layer.forward`` instead of hooking it
+  (``kit.HookWitness``); calls ``run()`` twice (once to learn the channel count);
+- inplace_after: keeps ``output.detach()`` of every call and decides after ``run()``, when an
+  in-place op after the layer has changed those values (hidden);
+- raises: removes the hook after ``run()``, not in ``finally:`` (the run crashes);
+- dtype: a float64 model;
+- a wrong type: returns a tensor of channel numbers instead of a list.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +35,7 @@ def dead_channels(model, layer, run):
 
     def watch(module, args, output):
         nonlocal alive
-        per_channel = (output.detach() > 0).transpose(0, 1).flatten(1)   # (C, everything else)
-        fired = per_channel.any(dim=1)                                    # one bool per channel
+        fired = (output > 0).transpose(0, 1).flatten(1).any(dim=1)   # one bool per channel (dim 1)
         alive = fired if alive is None else alive | fired
 
     handle = layer.register_forward_hook(watch)
@@ -37,11 +54,14 @@ exercise = Exercise(
     task=("write dead_channels(model, layer, run) that calls run() (a loop that uses the model "
           "several times) with one forward hook on `layer` attached for the whole run, and "
           "returns the sorted list of channels whose output was never above zero: not for any "
-          "example, any position or any call. Remove the hook even if run() raises"),
+          "example, any position or any call. The channels are dimension 1 of the layer's output: "
+          "(N, C) after a Linear, (N, C, L) after a Conv1d, (N, C, H, W) after a Conv2d. Remove the "
+          "hook even if run() raises"),
     hints=[
         "Keep one boolean per channel, `alive`, outside the hook; in the hook compute which "
-        "channels fired in this call: put the channels first, (output > 0).transpose(0, 1), and "
-        "reduce everything else (batch, positions) with .flatten(1).any(dim=1).",
+        "channels fired in this call: (output > 0).transpose(0, 1) puts the channels first, "
+        "(C, N, ...); flatten(1) then .any(dim=1) gives one bool per channel, whatever the number "
+        "of dimensions.",
         "Combine calls with alive = alive | fired_now: a channel that fired in any call is alive. "
         "Overwriting it keeps only the last call.",
         "Attach with handle = layer.register_forward_hook(watch), call run() inside try:, and "
@@ -50,18 +70,19 @@ exercise = Exercise(
     solution=dead_channels,
     equivalent_mutants={
         "inplace@8: .transpose( -> .transpose_(": (
-            "it transposes the fresh bool tensor (output > 0) in place, which nothing else "
-            "holds"
-        ),
-        "copy@8: .detach() -> <dropped>": "(output > 0) is a bool tensor, which never holds autograd history",
+            "it transposes the bool tensor the comparison has just made, which nobody else holds"),
     },
     errors={"Dimension out of range": (
         "the layer's output may have any number of dimensions: (N, C) after a Linear, (N, C, L) for a "
         "Conv1d, (N, C, H, W) for a Conv2d. Reduce every dimension but the channel dimension 1, for "
         "example (output > 0).transpose(0, 1).flatten(1).any(dim=1)")},
     guide="""keeping only the last call (combine calls with `alive = alive | fired`); looking at the
-    first example of each batch only; removing the hook after `run()` but not in a
-    `finally:`.""",
+    first example of each batch only; removing the hook after `run()` but not in a `finally:`;
+    assuming a dimension after the channels (4-D outputs, or `.any(dim=0).flatten(1)`), which
+    fails on the `(N, C)` output of a `Linear -> ReLU`; counting a nonzero or a positive-mean output as
+    fired (wrong as soon as the hooked layer is not a ReLU); a tolerance (`> 1e-6`); calling `run()`
+    twice to learn the channel count; keeping `output.detach()` and deciding
+    after the run, when an in-place op after the layer has changed the values.""",
 )
 
 
@@ -102,7 +123,16 @@ def _(answer, t: Tester) -> None:
     model = t.track(_probe_model(), "the probe model")
     xs = _dim_batches(3, seed=3)
     xs[1][0, 0, 1, 1] = 9.0  # wakes channel 2 up, once
-    got = answer(model, model[1], lambda: [model(x) for x in xs])
+    runs = []
+
+    def run():
+        runs.append(1)
+        return [model(x) for x in xs]
+
+    got = answer(model, model[1], run)
+    t.expect(len(runs) == 1, what="how often dead_channels called run()", expected=1, got=len(runs), nudge=(
+        "call run() once: it may be a whole training run. Keep `alive` as None until the hook first fires, "
+        "then the channel count comes from the first output"))
     _expect_dead(t, got, [1, 4], "dead_channels(...) over three calls", (
         "channel 2 fired during the second call only, so it is alive: combine every call "
         "(alive = alive | fired), do not keep only the last one"))
@@ -138,9 +168,51 @@ def _(answer, t: Tester) -> None:
                 for p in model.parameters():
                     p -= 0.01 * p.grad
 
-    got = answer(model, model[1], train)
+    with kit.HookWitness({"relu": model[1]}) as witness:
+        got = answer(model, model[1], train)
+    t.expect(witness.calls["relu"] > 0 and witness.fired("relu", "forward") == witness.calls["relu"],
+             what="forward hooks on model[1] while run() ran", expected=f"{witness.calls['relu']} calls with one",
+             got=f"{witness.fired('relu', 'forward')} calls with one", nudge=(
+                 "attach one forward hook to the layer (layer.register_forward_hook) for the whole run, instead "
+                 "of replacing its forward or looking elsewhere"))
     _expect_dead(t, got, [1, 5], "dead_channels(model, model[1], train)",
                  "channels 1 and 5 have a bias of -50 and can never fire; every other one did")
+
+
+def _linear_probe() -> nn.Sequential:
+    """``Linear(1, 6) -> ReLU``, output ``(N, 6)``: channels 1 and 4 (bias -100) never fire, channel 2
+    (bias -5) only for an input above 5, channel 5 (weight 0, bias 1e-7) always, but only just."""
+    model = nn.Sequential(nn.Linear(1, 6), nn.ReLU())
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[1.0], [1.0], [1.0], [1.0], [1.0], [0.0]]))
+        model[0].bias.copy_(torch.tensor([0.5, -100.0, -5.0, 0.5, -100.0, 1e-7], dtype=torch.float64))
+    return model
+
+
+@exercise.case("a Linear -> ReLU in float64: outputs (N, C), a channel that fires weakly, one only once")
+def _(answer, t: Tester) -> None:
+    g = torch.Generator().manual_seed(9)
+    model, *xs = kit.in_dtype(_linear_probe(), *(torch.rand(4, 1, generator=g) * 2 - 1 for _ in range(3)))
+    t.track(model, "the Linear -> ReLU model")
+    xs[2][1, 0] = 9.0  # wakes channel 2 up, once
+    got = answer(model, model[1], lambda: [model(x) for x in xs])
+    _expect_dead(t, got, [1, 4], "dead_channels(model, model[1], run)", (
+        "channel 5 gives 1e-7 for every input (above zero, however little, so it fired) and channel 2 fired "
+        "once; only 1 and 4 never did. After a Linear the output is (N, C): reduce every dimension but "
+        "dimension 1"))
+
+
+@exercise.case("the Linear itself hooked: its outputs below zero are not above zero")
+def _(answer, t: Tester) -> None:
+    g = torch.Generator().manual_seed(10)
+    model, *xs = kit.in_dtype(_linear_probe(), *(torch.rand(4, 1, generator=g) * 2 - 1 for _ in range(2)))
+    t.track(model, "the Linear -> ReLU model")
+    xs[0][3, 0] = 9.0  # channel 2 is above zero once, below it everywhere else
+    got = answer(model, model[0], lambda: [model(x) for x in xs])
+    _expect_dead(t, got, [1, 4], "dead_channels(model, model[0], run)", (
+        "hooked on the Linear, channels 1 and 4 are always negative, which is never above zero; channel 2 "
+        "was above zero once (so it fired, whatever its mean). Look at the layer's output (a forward "
+        "hook), and test output > 0"))
 
 
 class _Crash(RuntimeError):
@@ -189,104 +261,71 @@ def _(answer, t: Tester) -> None:
         "fresh, or keep output.detach().clone(); a bare detach() shares memory with the output"))
 
 
-@exercise.wrong("keeps only the last call", mentions="every call")
-def _dead_last_call(model, layer, run):
-    seen = {}
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
 
-    def watch(module, args, output):
-        seen["alive"] = (output > 0).transpose(0, 1).flatten(1).any(dim=1)
-
-    with layer.register_forward_hook(watch):
-        run()
-    return [int(c) for c in torch.nonzero(~seen["alive"]).flatten()]
-
-
-@exercise.wrong("looks at the first example of each batch only", mentions="every example")
-def _dead_first_example(model, layer, run):
-    alive = None
-
-    def watch(module, args, output):
-        nonlocal alive
-        fired = (output[0] > 0).flatten(1).any(dim=1)
-        alive = fired if alive is None else alive | fired
-
-    with layer.register_forward_hook(watch):
-        run()
-    return [int(c) for c in torch.nonzero(~alive).flatten()]
+def _reduce(output, how):
+    """One bool per channel: "channels" (dimension 1, any number of dimensions), "4d"
+    (amax over 0, 2, 3), "old" (.any(dim=0).flatten(1): needs a dimension after the channels),
+    "nonzero" (!= 0), "mean" (the mean above 0),
+    "first" (the first example only), "above1" (> 1 instead of > 0)."""
+    if how == "4d":
+        return output.amax(dim=(0, 2, 3)) > 0
+    if how == "old":
+        return (output > 0).any(dim=0).flatten(1).any(dim=1)
+    if how == "nonzero":
+        return (output != 0).transpose(0, 1).flatten(1).any(dim=1)
+    if how == "mean":
+        return output.transpose(0, 1).flatten(1).mean(dim=1) > 0
+    if how == "first":
+        return (output[:1] > 0).transpose(0, 1).flatten(1).any(dim=1)
+    return (output > (1 if how == "above1" else 0)).transpose(0, 1).flatten(1).any(dim=1)
 
 
-@exercise.wrong("removes the hook after run() but not in a finally", mentions="still attached")
-def _dead_no_finally(model, layer, run):
-    alive = None
+def _dead(*, how="channels", combine="or", decide="hook", remove="finally", result="list"):
+    """One factory for the near-copy wrong answers: how a call's output is reduced (``_reduce``),
+    how calls are combined ("or", "last"), when the outputs are judged ("hook": as they come;
+    "later": output.detach() kept, judged after run()), how the hook is removed ("finally",
+    "after") and what is returned ("list", "tensor")."""
+    def answer(model, layer, run):
+        state = {"alive": None, "kept": []}
 
-    def watch(module, args, output):
-        nonlocal alive
-        fired = (output > 0).transpose(0, 1).flatten(1).any(dim=1)
-        alive = fired if alive is None else alive | fired
+        def watch(module, args, output):
+            if decide == "later":
+                state["kept"].append(output.detach())
+                return
+            fired = _reduce(output, how)
+            alive = state["alive"]
+            state["alive"] = fired if alive is None or combine == "last" else alive | fired
 
-    handle = layer.register_forward_hook(watch)
-    run()
-    handle.remove()
-    return [int(c) for c in torch.nonzero(~alive).flatten()]
-
-
-@exercise.wrong("returns the tensor of channel numbers, not a list", mentions="should be a list")
-def _dead_tensor(model, layer, run):
-    return torch.tensor(dead_channels(model, layer, run), dtype=torch.long)
-
-
-@exercise.wrong("assumes 4-D outputs: amax(dim=(0, 2, 3))", mentions="any number of dimensions")
-def _dead_4d_only(model, layer, run):
-    alive = None
-
-    def watch(module, args, output):
-        nonlocal alive
-        fired = output.detach().amax(dim=(0, 2, 3)) > 0
-        alive = fired if alive is None else alive | fired
-
-    handle = layer.register_forward_hook(watch)
-    try:
-        run()
-    finally:
-        handle.remove()
-    return [int(c) for c in torch.nonzero(~alive).flatten()]
+        handle = layer.register_forward_hook(watch)
+        if remove == "finally":
+            try:
+                run()
+            finally:
+                handle.remove()
+        else:
+            run()
+            handle.remove()
+        if decide == "later":
+            state["alive"] = torch.stack([_reduce(o, how) for o in state["kept"]]).any(dim=0)
+        dead = [int(c) for c in torch.nonzero(~state["alive"]).flatten()]
+        return dead if result == "list" else torch.tensor(dead, dtype=torch.long)
+    return answer
 
 
-@exercise.wrong("keeps output.detach() of every call and decides after run()", mentions="in-place op after",
-                     hidden=True)
-def _dead_decides_later(model, layer, run):
-    outputs = []
-    handle = layer.register_forward_hook(lambda m, a, o: outputs.append(o.detach()))
-    try:
-        run()
-    finally:
-        handle.remove()
-    alive = torch.stack([(o > 0).transpose(0, 1).flatten(1).any(dim=1) for o in outputs]).any(dim=0)
-    return [int(c) for c in torch.nonzero(~alive).flatten()]
-
-
-@exercise.case("a Linear followed by a ReLU: outputs of shape (N, C), two units that never fire")
-def _(answer, t: Tester) -> None:
-    with seeded(13):
-        model = nn.Sequential(nn.Linear(4, 5), nn.ReLU())
-    with torch.no_grad():
-        model[0].bias[[1, 4]] = -50.0   # units 1 and 4 can never fire
-    t.track(model, "a Linear -> ReLU model")
-    xs = [kit.randn(3, 4, seed=s) for s in (13, 14)]
-    got = answer(model, model[1], lambda: [model(x) for x in xs])
-    _expect_dead(t, got, [1, 4], "dead_channels(model, model[1], run)",
-                 "a Linear's output is (N, C): the channels are dimension 1 there too; reduce every "
-                 "dimension but dimension 1, whatever the number of dimensions")
-
-
-@exercise.case("a batch of 2 examples and 4 channels: the batch is not the channel dimension", hidden=True)
-def _(answer, t: Tester) -> None:
-    with seeded(15):
-        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
-    with torch.no_grad():
-        model[0].weight.zero_()
-        model[0].bias.copy_(torch.tensor([1.0, -1.0, -1.0, 1.0]))   # channels 1 and 2 never fire
-    t.track(model, "a Linear -> ReLU model")
-    got = answer(model, model[1], lambda: model(torch.ones(2, 3)))
-    _expect_dead(t, got, [1, 2], "dead_channels(model, model[1], run)",
-                 "look at dimension 1 (the channels), over every example of the batch (dimension 0)")
+exercise.wrong("keeps only the last call", mentions="every call")(_dead(combine="last"))
+exercise.wrong("looks at the first example of each batch only", mentions="every example")(_dead(how="first"))
+exercise.wrong("removes the hook after run() but not in a finally", mentions="still attached")(
+    _dead(remove="after"))
+exercise.wrong("returns the tensor of channel numbers, not a list", mentions="should be a list")(
+    _dead(result="tensor"))
+exercise.wrong("assumes 4-D outputs: amax(dim=(0, 2, 3))", mentions="any number of dimensions")(_dead(how="4d"))
+exercise.wrong("reduces with .any(dim=0).flatten(1): needs a dimension after the channels",
+               mentions="(N, C) after a Linear")(_dead(how="old"))
+exercise.wrong("counts a channel as fired only above 1", mentions="channel 5 gives 1e-7")(_dead(how="above1"))
+exercise.wrong("counts a channel as fired when its output is nonzero", mentions="never above zero")(
+    _dead(how="nonzero"))
+exercise.wrong("counts a channel as fired when its mean output is above zero", mentions="whatever its mean")(
+    _dead(how="mean"))
+exercise.wrong("keeps output.detach() of every call and decides after run()", mentions="in-place op after",
+               hidden=True)(_dead(decide="later"))

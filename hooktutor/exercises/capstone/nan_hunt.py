@@ -1,10 +1,12 @@
-"""07_capstone, predict, then run: capstone.nan_hunt."""
+"""07_capstone, predict, then run: which modules a NaN hunter lists, in order, after one weight is set to inf."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from ...data import shapes
+from ...models import SmallCNN
 from ..predict import Prediction
 
 HUNTED = ("features.0", "features.1", "features.2", "features.3", "features.4", "features.5", "features",
@@ -14,9 +16,6 @@ HUNTED = ("features.0", "features.1", "features.2", "features.3", "features.4", 
 def _observe_nan_hunt() -> list[str]:
     """SmallCNN with one weight of its last conv set to infinity; a forward hook on every module
     lists those whose output is not finite, in firing order."""
-    from ...data import shapes
-    from ...models import SmallCNN
-
     model = SmallCNN(num_classes=3, seed=0)
     with torch.no_grad():
         model.features[4].weight[0, 0, 1, 1] = float("inf")
@@ -28,8 +27,7 @@ def _observe_nan_hunt() -> list[str]:
                 found.append(name)
         return check
     try:
-        for name, module in model.named_modules():
-            handles.append(module.register_forward_hook(make_check(name or "<model>")))
+        handles += [m.register_forward_hook(make_check(n or "<model>")) for n, m in model.named_modules()]
         with torch.no_grad():
             model(shapes(8, seed=0)[0])
     finally:
@@ -69,8 +67,8 @@ exercise = Prediction(
     },
     summary="the first name is where the infinity appears; everything after it, containers included, "
             "inherits it, each container after its children.",
-    guide="""(before the corrupted model is   hunted) only the culprit (every later module inherits the
-    infinity, containers included); containers first (their hooks fire after their
+    guide="""ask for it before the corrupted model is hunted. Only the culprit (every later module
+    inherits the infinity, containers included); containers first (their hooks fire after their
     children); the ReLU cleans it up (ReLU keeps `inf` and `NaN`).""",
 )
 
