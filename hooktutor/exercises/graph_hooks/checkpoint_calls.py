@@ -1,4 +1,4 @@
-"""09_autograd_graph_hooks, predict, then run: graph_hooks.checkpoint_calls."""
+"""09_autograd_graph_hooks, predict, then run: forward hooks under activation checkpointing."""
 
 from __future__ import annotations
 

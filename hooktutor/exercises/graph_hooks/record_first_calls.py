@@ -1,4 +1,25 @@
-"""09_autograd_graph_hooks, exercise: graph_hooks.record_first_calls."""
+"""09_autograd_graph_hooks, exercise: record the forward pass, not the checkpoint's recomputation.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- technique: records every call, the recomputation during backward too; filters with
+  ``torch.is_grad_enabled()`` (True in both calls of the non-reentrant checkpoint); replaces each
+  module's ``forward`` instead of registering a hook;
+- twice: keeps the first call of each module only (a layer called twice in the forward loses its
+  second call); tells the recomputation apart by its value, dropping an output equal to one
+  already recorded (a layer called twice on the same input loses its second call);
+- repeat: records in a first run under ``no_grad``, then runs ``model(x).sum().backward()`` again
+  (two forward passes: the records are not those of the pass backward used);
+- inplace_after: stores a bare ``detach()``, which the in-place ReLU after the layer overwrites;
+- detached: stores ``output.clone()``, which keeps the autograd graph of the step alive;
+- raises: removes the hooks without ``finally:``;
+- nested, dtype, repeat: the layers of a Sequential inside the model, in float64, the same model
+  recorded twice in a row (each run's records start empty).
+
+The phase flag of the solution is set by the answer itself, around ``backward()``; no
+push/pop of module names, so a forward hook that never fires (a module that raised) leaves
+nothing behind.
+"""
 
 from __future__ import annotations
 
@@ -44,11 +65,11 @@ def _leaves(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 exercise = Exercise(
     "graph_hooks.record_first_calls", "Record the forward pass, not the recomputation",
-    task=("`model` runs part of its forward under torch.utils.checkpoint. Write record_first_calls(model, x) that "
-          "runs model(x).sum().backward() once and, with a forward hook on every module that has no children, "
-          "records a copy of each module's output in the forward pass only, not when checkpointing recomputes it "
-          "during backward. Return a dict: module path -> list of outputs, one per call in the forward pass; "
-          "remove every hook"),
+    task=("`model` runs part of its forward under torch.utils.checkpoint. Write record_first_calls(model, x) "
+          "that runs model(x).sum().backward() once and, with a forward hook on every module that has no "
+          "children (each returns a tensor), records a detached copy of each module's output in the forward "
+          "pass only, not when checkpointing recomputes it during backward. Return a dict: module path -> list "
+          "of outputs, one per call in the forward pass; remove every hook"),
     hints=[
         "Checkpointing calls the modules of the checkpointed part again during backward, so their forward hooks "
         "fire again there. torch.is_grad_enabled() does not tell the two calls apart: the non-reentrant variant "
@@ -64,7 +85,11 @@ exercise = Exercise(
     `torch.is_grad_enabled()` (true in both runs of the non-reentrant variant); a bare
     `detach()` before an in-place ReLU; no `finally:`; replacing each module's `forward`
     instead of registering a hook; keeping only the first call of each module (a layer
-    called twice in the forward loses its second call).""",
+    called twice in the forward loses its second call); `clone()` without `detach()` (the
+    records keep the autograd graph of the step alive); telling the recomputation apart by
+    its value (a layer called twice on the same input loses its second call); recording in a
+    first run under `no_grad`, then backpropagating a second run (the records are not those
+    of the pass backward used).""",
 )
 
 
@@ -114,17 +139,34 @@ def _expected_records(model: nn.Module, x: torch.Tensor) -> dict[str, list[torch
     return seen
 
 
-def _records_case(answer: Callable, t: Tester, build: Callable[[], nn.Module], x: torch.Tensor, what: str) -> None:
+def _records_case(answer: Callable, t: Tester, build: Callable[[], nn.Module], x: torch.Tensor, what: str,
+                  runs: int = 1) -> None:
+    """``answer(model, x)`` on a fresh model from ``build``, ``runs`` times in a row on the same model
+    (each run's records must be those of its own forward pass)."""
     want = _expected_records(build(), x)
     model = t.track(build(), "the model")
-    with kit.HookWitness(_leaves(model)) as witness:
-        got = answer(model, x)
+    for run in range(runs):
+        with kit.HookWitness([*_leaves(model), (_ROOT, model)]) as witness:
+            got = answer(model, x)
+        _expect_records(t, model, got, want, witness, what if not run else f"{what}, run again on the same model")
+
+
+_ROOT = "<the model>"   # the witness's name for the model itself (no module path has angle brackets)
+
+
+def _expect_records(t: Tester, model: nn.Module, got: object, want: dict, witness: kit.HookWitness,
+                    what: str) -> None:
     t.expect_type(got, dict, what=what, nudge="a dict: module path -> list of outputs")
     unhooked = [name for name, _ in _leaves(model) if not witness.fired(name, "forward")]
     t.expect(not unhooked, what="forward hooks on the modules while the model ran", expected="one on each",
              got=f"none on {', '.join(unhooked)}", nudge=(
                  "record with a hook: module.register_forward_hook(hook) on every module without children, "
                  "removed afterwards (not a replaced forward method)"))
+    t.expect(witness.calls[_ROOT] == 1, what="calls of model(x) during your answer", expected=1,
+             got=witness.calls[_ROOT], nudge=(
+                 "run the model once, model(x).sum().backward(), and record in that forward pass: a second run "
+                 "(one to record, one to backpropagate) records outputs that are not those backward used (dropout, "
+                 "batch statistics) and updates a BatchNorm's running statistics twice"))
     t.expect(sorted(got) == sorted(want), what=f"the module paths in {what}", expected=sorted(want), got=sorted(got),
              nudge="hook every module without children (model.named_modules(), nested ones too)")
     t.expect(all(p.grad is not None for p in model.parameters()), what="the parameters' .grad after your call",
@@ -171,8 +213,36 @@ def _(answer, t: Tester) -> None:
                   kit.randn(2, 4, seed=13), "record_first_calls(model, x)")
 
 
+class _SameInputTwice(nn.Module):
+    """``tanh(lin(x)) * lin(x)``: one Linear called twice on the same input, two equal outputs."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.lin = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.lin(x)) * self.lin(x)
+
+
+@exercise.case("one Linear called twice on the same input inside the checkpointed part (two equal outputs)",
+               hidden=True)
+def _(answer, t: Tester) -> None:
+    _records_case(answer, t, lambda: _Checkpointed(_SameInputTwice(15), reentrant=False, seed=15),
+                  kit.randn(2, 4, seed=15), "record_first_calls(model, x)")
+
+
+@exercise.case("a nested body in float64, the same model recorded twice in a row", hidden=True)
+def _(answer, t: Tester) -> None:
+    _records_case(answer, t, lambda: _Checkpointed(_body(14), reentrant=False, seed=14).to(torch.float64),
+                  kit.randn(3, 4, seed=14).double(), "record_first_calls(model, x)", runs=2)
+
+
 def _recorder(model, x, keep: Callable[[str, dict], bool], copy: Callable[[torch.Tensor], torch.Tensor],
               use_finally: bool = True, phase_flag: bool = True) -> dict:
+    """One factory for the near-copy wrong answers: which calls are kept (``keep(name, records)``,
+    and only in the forward phase when ``phase_flag``), how the output is copied, and whether the
+    hooks are removed in a ``finally:``."""
     records, phase = {}, {"forward": True}
 
     def make(name):
@@ -218,13 +288,18 @@ def _bare_detach(model, x):
     return _recorder(model, x, lambda n, r: True, lambda t: t.detach())
 
 
+@exercise.wrong("stores output.clone(), with its autograd graph", mentions="holds the autograd graph")
+def _with_graph(model, x):
+    return _recorder(model, x, lambda n, r: True, lambda t: t.clone())
+
+
 @exercise.wrong("removes the hooks without finally:", mentions="finally:")
 def _records_no_finally(model, x):
     return _recorder(model, x, lambda n, r: True, _clone, use_finally=False)
 
 
 @exercise.wrong("replaces each module's forward instead of registering a hook",
-                          mentions="register_forward_hook")
+                mentions="register_forward_hook")
 def _patched_forward(model, x):
     records, phase, originals = {}, {"forward": True}, {}
 
@@ -255,3 +330,31 @@ def _patched_forward(model, x):
 @exercise.wrong("keeps the first call of each module only", mentions="gets two entries", hidden=True)
 def _first_only(model, x):
     return _recorder(model, x, lambda n, r: n not in r, _clone, phase_flag=False)
+
+
+@exercise.wrong("tells the recomputation apart by its value: skips an output equal to one already recorded",
+                mentions="gets two entries", hidden=True)
+def _skips_repeats(model, x):
+    records = _recorder(model, x, lambda n, r: True, _clone, phase_flag=False)   # the recomputation too
+    kept = {}
+    for name, outputs in records.items():
+        for out in outputs:
+            if not any(torch.equal(out, seen) for seen in kept.get(name, [])):
+                kept.setdefault(name, []).append(out)
+    return kept
+
+
+@exercise.wrong("records in a first run under no_grad, then runs model(x).sum().backward() again",
+                mentions="run the model once")
+def _two_runs(model, x):
+    records = {}
+    handles = [m.register_forward_hook(lambda mod, a, o, n=n: records.setdefault(n, []).append(o.detach().clone()))
+               for n, m in _leaves(model)]
+    try:
+        with torch.no_grad():
+            model(x)
+    finally:
+        for h in handles:
+            h.remove()
+    model(x).sum().backward()
+    return records

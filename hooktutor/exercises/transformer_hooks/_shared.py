@@ -7,7 +7,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ...models import TinyTransformer
+from ...models import TinyTransformer, seeded
 
 
 def _tiny(seed: int) -> TinyTransformer:
@@ -40,3 +40,24 @@ def _hook_run(model, tokens, module, hook):
         handle.remove()
 
 
+
+
+class _DropoutSkip(nn.Module):
+    """Dimension ``alias``: ``head(body(drop(fc(x))) + fc(x))`` in eval mode. A Dropout in eval mode
+    hands back its input itself, so ``drop``'s output IS ``fc``'s, which the skip connection uses
+    again after ``drop`` ran: a hook that edits ``drop``'s output in place changes the skip branch
+    too; one that returns a new tensor does not. Input ``(N, L, 4)``, outputs ``(N, L, 4)`` and
+    ``(N, L, 2)``."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.fc = nn.Linear(4, 4)
+            self.drop = nn.Dropout(0.1)
+            self.body = nn.Linear(4, 4)
+            self.head = nn.Linear(4, 2)
+        self.eval()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        return self.head(torch.tanh(self.body(self.drop(h))) + h)

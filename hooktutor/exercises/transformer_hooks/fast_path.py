@@ -1,4 +1,4 @@
-"""10_transformer_hooks, predict, then run: transformer_hooks.fast_path."""
+"""10_transformer_hooks, predict, then run: which forward hooks fire on the fast path."""
 
 from __future__ import annotations
 

@@ -1,4 +1,23 @@
-"""10_transformer_hooks, exercise: transformer_hooks.run_with_cache."""
+"""10_transformer_hooks, exercise: run a model once and cache a copy of what the named modules output.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- inplace_after, alias: stores ``output.detach()`` without a copy: the in-place ReLU right after
+  the layer, or the residual ``out += h`` after it, overwrites what was stored;
+- nested: looks modules up with ``getattr(model, name)`` or ``named_children()`` (dotted names
+  are nested: ``model.get_submodule(name)``);
+- technique: records in forward *pre*-hooks (the inputs); a lambda in a loop (every hook
+  stores under the last name);
+- raises: removes the hooks after the call instead of in ``finally:``;
+- detached: ``clone()`` without ``detach()`` (the cache keeps the autograd graph alive);
+- repeat: a cache kept outside the function (a second run with other names still holds the
+  first run's entries; or, emptied at each call, the first run's cache becomes the second's);
+  runs the model twice, once to cache and once for the logits;
+- left_as_found: switches the model to ``eval()`` (or ``train()``) and leaves it so;
+- dtype: the residual model runs in float64.
+
+Not used: twice (which call of a module called twice the cache holds is not what the task asks).
+"""
 
 from __future__ import annotations
 
@@ -46,10 +65,10 @@ _NESTED = ("a dotted name is a module inside a module: look it up with model.get
 
 exercise = Exercise(
     "transformer_hooks.run_with_cache", "Cache every block's output",
-    task=("write run_with_cache(model, tokens, names) that runs model(tokens) once with a forward hook on "
-          "each module named in `names` (dotted names such as 'blocks.0'), keeps a detached copy of each "
-          "one's output in a dict name -> tensor, removes every hook (also when the model raises) and "
-          "returns (logits, cache)"),
+    task=("write run_with_cache(model, tokens, names) that runs model(tokens) once with a forward hook on each "
+          "module named in `names` (dotted names such as 'blocks.0'; each of them returns a tensor), keeps a "
+          "detached copy of each one's output in a dict name -> tensor, removes every hook (also when the "
+          "model raises) and returns (logits, cache)"),
     hints=[
         "model.get_submodule('blocks.0') finds a module by its dotted name, at any depth.",
         "Make one hook per name with a function that takes the name and returns the hook (a lambda in a "
@@ -65,18 +84,27 @@ exercise = Exercise(
     nested: `model.get_submodule(name)`); a lambda in a loop (every hook stores under the
     last name); hooks removed after the call instead of in `finally:`; recording in forward
     *pre*-hooks (the inputs); `clone()` without `detach()` (the cache keeps the autograd
-    graph alive).""",
+    graph alive); switching the model to `eval()` and leaving it so; one cache dict kept
+    outside and emptied at each call (the clean run's cache becomes the corrupted run's);
+    running the model twice, once to cache and once for the logits.""",
 )
+
+
+_ROOT = "<the model>"   # the witness's name for the model itself (no module path has angle brackets)
 
 
 def _cache_case(answer: Callable, t: Tester, model: nn.Module, tokens: torch.Tensor, names: list[str],
                 what: str, after: Callable[[], None] | None = None) -> dict:
     want_logits, want = _outputs(model, tokens, names)
     t.track(model)
-    with kit.HookWitness([(n, model.get_submodule(n)) for n in names]) as witness:
+    with kit.HookWitness([*((n, model.get_submodule(n)) for n in names), (_ROOT, model)]) as witness:
         logits, cache = _pair(answer(model, tokens, list(names)), t, what)
     if after is not None:
         after()
+    t.expect(witness.calls[_ROOT] == 1, what="calls of model(tokens) during your answer", expected=1,
+             got=witness.calls[_ROOT], nudge=(
+                 "run the model once, with the hooks attached, and return the logits of that run: the cache must "
+                 "belong to the logits (a model with dropout or state gives other activations in another run)"))
     t.expect_type(cache, dict, what="the cache", nudge="a dict name -> tensor")
     t.expect(sorted(cache) == sorted(names), what="the names in the cache", expected=sorted(names),
              got=sorted(cache), nudge="one entry per name asked for, under that exact (dotted) name")
@@ -142,6 +170,20 @@ def _(answer, t: Tester) -> None:
     t.expect(not cache["blocks.1"].requires_grad, what="cache['blocks.1'].requires_grad", expected=False,
              got=True, nudge=("detach() the copy: output.detach().clone(). A clone() alone stays in the autograd "
                               "graph and keeps every activation of the forward alive with it"))
+
+
+@exercise.case("a residual model in float64 and train mode (its body's output is added to in place), "
+               "cached twice in a row with other names", hidden=True)
+def _(answer, t: Tester) -> None:
+    model, x = kit.in_dtype(kit.Residual(seed=8).train(), kit.randn(3, 4, seed=8))
+    with kit.LeftAsFound(t, model):
+        first = _cache_case(answer, t, model, x, ["fc", "body"], "run_with_cache(residual, x, ['fc', 'body'])")
+    kept = {name: value.clone() for name, value in first.items()}
+    _cache_case(answer, t, model, x, ["body"], "run_with_cache(residual, x, ['body']), run again")
+    t.expect(sorted(first) == ["body", "fc"] and all(torch.equal(first[n], kept[n]) for n in kept),
+             what="the first call's cache after the second call", expected=sorted(kept), got=sorted(first), nudge=(
+                 "each call returns a cache of its own: make the dict inside run_with_cache. One dict kept outside "
+                 "is emptied or overwritten by the next call, so a clean run's cache becomes the corrupted run's"))
 
 
 def _hooked(model, tokens, names, store):
@@ -214,3 +256,28 @@ def _cache_no_detach(model, tokens, names):
     cache = {}
     logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.clone()))
     return logits, cache
+
+
+@exercise.wrong("switches the model to eval() and leaves it so", mentions="as you found it", hidden=True)
+def _cache_eval(model, tokens, names):
+    model.eval()
+    cache = {}
+    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.detach().clone()))
+    return logits, cache
+
+
+_ONE_CACHE: dict = {}
+
+
+@exercise.wrong("one cache dict kept outside, emptied at each call", mentions="a cache of its own", hidden=True)
+def _cache_shared(model, tokens, names):
+    _ONE_CACHE.clear()
+    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: _ONE_CACHE.__setitem__(n, o.detach().clone()))
+    return logits, _ONE_CACHE
+
+
+@exercise.wrong("runs the model twice: once to cache, once for the logits", mentions="run the model once")
+def _cache_two_runs(model, tokens, names):
+    cache = {}
+    _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.detach().clone()))
+    return model(tokens), cache
