@@ -118,21 +118,22 @@ def _(answer, t: Tester) -> None:
 
 # -- the wrong answers peculiar to this exercise -------------------------------------------------
 
-def _counter(*, result=len, keep_in=None, remove="finally"):
+def _counter(*, result=len, keep_in=None, remove="finally", call=lambda model, x: model(x)):
     """One factory for the near-copy wrong answers: how the calls are kept (a fresh list, or
-    ``keep_in``: a list outside the function, or a set of module ids), what is returned, and
-    how the hook is removed ("finally", "after": not in a finally block, "never")."""
+    ``keep_in``: a list outside the function, or a set of module ids), what is returned, how
+    the hook is removed ("finally", "after": not in a finally block, "never"), and how the model
+    is run (``call``)."""
     def answer(model, x, layer):
         calls = [] if keep_in is None else keep_in
         add = (lambda m: calls.add(id(m))) if isinstance(calls, set) else (lambda m: calls.append(1))
         handle = layer.register_forward_hook(lambda m, a, o: add(m))
         if remove == "finally":
             try:
-                model(x)
+                call(model, x)
             finally:
                 handle.remove()
         else:
-            model(x)
+            call(model, x)
             if remove == "after":
                 handle.remove()
         return result(calls)
@@ -150,7 +151,31 @@ def _ran_once(model, x, layer):
     return _counter(keep_in=set())(model, x, layer)
 
 
+exercise.wrong("runs model.forward(x), which skips the model's own hooks", mentions="model.forward(x) skips",
+               hidden=True)(lambda model, x, layer: _counter(call=lambda m, v: m.forward(v))(model, x, layer))
+
+
 @exercise.wrong("counts the layer's places in the model instead of hooking it",
                 mentions="no hook was attached", hidden=True)
 def _counts_structure(model, x, layer):
     return sum(1 for _, m in model.named_modules(remove_duplicate=False) if m is layer)
+
+
+@exercise.case("the model itself as the layer: model(x) calls it once", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(MLP(seed=4), "the MLP")
+    got = answer(model, torch.zeros(1, 8), model)
+    _expect_count(t, got, 1, "count_calls(model, x, model)",
+                  "run the model as model(x): model.forward(x) skips every hook of the model itself")
+
+
+@exercise.case("the model runs once, and is left as it was given (in train mode)", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Nested(seed=5), "a nested model in train mode")
+    with kit.HookWitness({"encoder": model.encoder}) as seen, kit.LeftAsFound(t, model):
+        got = answer(model, kit.randn(2, 4, seed=5), model.encoder.body[0])
+    t.expect(seen.calls["encoder"] == 1, what="how often count_calls ran the model", expected=1,
+             got=seen.calls["encoder"], nudge="run model(x) exactly once: a second run (a warm-up) is a second "
+                                              "forward, which a model with state (BatchNorm) notices")
+    _expect_count(t, got, 1, "count_calls(model, x, model.encoder.body[0])",
+                  "hook the layer you were given and count its calls during the one model(x)")
