@@ -534,7 +534,7 @@ class LeftAsFound:
         """Fail the case if something differs from when the block was entered (call it after the
         checks of the answer's result, to report a wrong result first)."""
         after = self._state()
-        changed = [k for k in self.before if after.get(k) != self.before[k]]
+        changed = [k for k in self.before if k in after and after[k] != self.before[k]]   # (prune renames a weight)
         if changed:
             first = changed[0]
             self.t.expect(False, what=f"{first} after your answer ran on {self.name}", expected=self.before[first],

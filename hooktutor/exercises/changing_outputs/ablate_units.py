@@ -1,4 +1,19 @@
-"""03_changing_outputs, exercise: changing_outputs.ablate_units."""
+"""03_changing_outputs, exercise: a forward-hook factory that zeroes chosen units (or channels).
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- inplace_after: zeroes the units in the output it received (breaks backward after a Sigmoid,
+  whose output autograd saved), or through ``output.data`` (gradients as if nothing changed);
+- technique: assigns ``output = ...`` and returns nothing (the original output is kept); returns a
+  detached copy (backward never reaches the earlier layers);
+- nd: zeroes the last dimension instead of dimension 1; a mask shaped for (N, C) and (N, C, H, W)
+  outputs only, which broadcasts wrongly on (N, C, L);
+- dtype: a float32 mask for a bfloat16 layer turns the output float32, and the next layer refuses it;
+- repeat: builds the mask from the first output it sees and reuses it, so the same hook fails on
+  an output of another size;
+- the indices: ``new[:, units]`` with ``units`` a set (torch indexes with sequences only); keeps the
+  complement ``[i for i in range(C) if i not in units]``, which misses a negative index.
+"""
 
 from __future__ import annotations
 
@@ -49,13 +64,14 @@ exercise = Exercise(
     "changing_outputs.ablate_units", "Ablate units with a forward hook",
     task=("write ablate_units(units) that returns a forward hook which zeroes the given units "
           "(indices along dimension 1: features of a Linear, channels of a Conv2d) of the layer's "
-          "output; it returns a new tensor, leaves the one it received unchanged, and backward "
-          "must still work"),
+          "output; units is a list, tuple or set of indices (a negative index counts from the end, as "
+          "in Python). The hook returns a new tensor of the output's dtype, leaves the one it received "
+          "unchanged, works for every call of the layer, and backward must still work"),
     hints=[
         "ablate_units is a factory: inside it, define hook(module, args, output) and return hook "
         "(the function itself, without calling it).",
-        "In the hook, make a copy with new = output.clone(), set new[:, units] = 0 (dimension 1 "
-        "works for (N, C) and (N, C, H, W) outputs) and return new.",
+        "In the hook, make a copy with new = output.clone(), set new[:, list(units)] = 0 (dimension 1 "
+        "works for (N, C) and (N, C, H, W) outputs; list() also takes a tuple or a set) and return new.",
         "Do not write into `output` itself or into output.data: the first can break backward, the "
         "second hides the change from autograd.",
     ],
@@ -63,13 +79,26 @@ exercise = Exercise(
     errors={"modified by an inplace operation": _SAVED,
             "must match the size of tensor b": (
                 "your mask did not line up with dimension 1 of this (N, C, L) output: shape it "
-                "(1, C, 1, ...) for every number of dimensions, or zero output.clone()[:, units]")},
+                "(1, C, 1, ...) for every number of dimensions, or zero output.clone()[:, units]"),
+            "infer dtype of set": (
+                "units may come as a set, which torch.tensor() does not take: make a list first, "
+                "list(units)"),
+            "valid indices (got set)": (
+                "units may come as a set, and torch indexes with a list, not a set: zero "
+                "new[:, list(units)]"),
+            "must have the same dtype": (
+                "your hook returned a tensor of another dtype than the layer's output (a float32 mask "
+                "turns a bfloat16 output into float32), and the next layer refused it: build the mask "
+                "with dtype=output.dtype, or zero a clone")},
     guide="""assigning `output = ...` inside the hook and returning nothing (the original output is
     kept); zeroing the units in place, which can break backward (a Sigmoid or ReLU saved
     that very tensor) or change the caller's tensor; editing `output.data`, which changes
     the forward pass behind autograd's back, so the gradients are computed as if nothing had
     changed; zeroing the last dimension instead of dimension 1 (the channels of an `(N, C,
-    H, W)` output).""",
+    H, W)` output). The check also catches a float32 mask on a bfloat16 layer (the next layer
+    refuses the float32 output), a mask built from the first output and reused (the next call has
+    another size), `new[:, units]` with a set of units, and a kept-units list that misses a negative
+    index.""",
 )
 
 
@@ -182,54 +211,127 @@ def _(answer, t: Tester) -> None:
                          "works for (N, C), (N, C, L) and (N, C, H, W)")
 
 
-@exercise.wrong("returns a detached copy", mentions="cut from the graph")
-def _detached(units):
-    def hook(module, args, output):
-        new = output.detach().clone()
-        new[:, list(units)] = 0
-        return new
-    return hook
+@exercise.case("a bfloat16 Linear-ReLU-Linear: the ablated output keeps its dtype")
+def _(answer, t: Tester) -> None:
+    with seeded(24):
+        net = t.track(nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)), "a bfloat16 net")
+    net, x = kit.in_dtype(net, kit.randn(2, 3, seed=24), dtype=torch.bfloat16)
+    out = net[0](x)
+    result = answer([1])(net[0], (x,), out)
+    t.expect_type(result, torch.Tensor, what="what your hook returned", nudge=_REBIND)
+    t.expect(result.dtype == torch.bfloat16, what="the dtype of what your hook returned",
+             expected="torch.bfloat16", got=result.dtype, nudge=(
+                 "the layer's output is bfloat16, and so must be what replaces it: build a mask with "
+                 "dtype=output.dtype, or zero a clone (new = output.clone(); new[:, list(units)] = 0)"))
+    handle = net[0].register_forward_hook(answer([1]))
+    try:
+        got = net(x)
+    finally:
+        handle.remove()
+    hidden = net[0].forward(x).detach().clone()
+    hidden[:, 1] = 0
+    t.expect_close(got, net[2].forward(net[1].forward(hidden)).detach(), what="the net's output, unit 1 of the "
+                   "first Linear ablated", atol=1e-2, rtol=1e-2, nudge="zero unit 1 of the first Linear's output")
 
 
-@exercise.wrong("multiplies by a mask shaped for 2-D and 4-D outputs only", mentions="(N, C, L)",
-                    hidden=True)
-def _mask_2d_4d(units):
-    def hook(module, args, output):
-        mask = torch.ones(output.shape[1])
-        mask[list(units)] = 0
-        if output.dim() == 4:
-            mask = mask.view(1, -1, 1, 1)
-        return output * mask
-    return hook
+@exercise.case("one hook on a conv, for an input of 6 x 6 and then of 4 x 4")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.conv_model(4, seed=25), "a small conv net")
+    conv = model[0]
+    hook = answer([1, 2])
+    handle = conv.register_forward_hook(hook)
+    try:
+        for size in (6, 4):
+            x = kit.randn(2, 2, size, size, seed=25 + size)
+            expected = conv.forward(x).detach().clone()
+            expected[:, [1, 2]] = 0
+            try:
+                got = conv(x)
+            except RuntimeError as e:
+                t.expect(False, what=f"the conv on a {size} x {size} input", expected="the ablated output",
+                         got=f"{type(e).__name__}: {e}"[:120], nudge=(
+                             "the same hook runs on every call of the layer, with outputs of other sizes: "
+                             "build what you need from each output, and keep nothing from the first call"))
+            t.expect_close(got, expected, what=f"the conv output for a {size} x {size} input",
+                           nudge="zero channels 1 and 2 of every output the hook sees")
+    finally:
+        handle.remove()
 
 
-@exercise.wrong("rebinds the output without returning it", mentions="returned None")
-def _rebind(units):
-    def hook(module, args, output):
-        output = output.clone()
-        output[:, units] = 0
-    return hook
+@exercise.case("units as a set {1, 3}, and [-1], the last unit", hidden=True)
+def _(answer, t: Tester) -> None:
+    with seeded(26):
+        lin = t.track(nn.Linear(3, 5), "a Linear")
+    x = kit.randn(2, 3, seed=26)
+    for units, zeroed, what in (({1, 3}, [1, 3], "ablate_units({1, 3})"), ([-1], [4], "ablate_units([-1])")):
+        handle = lin.register_forward_hook(answer(units))
+        try:
+            got = lin(x)
+        finally:
+            handle.remove()
+        expected = lin.forward(x).detach().clone()
+        expected[:, zeroed] = 0
+        t.expect_close(got, expected, what=f"the Linear's output with {what}", nudge=(
+            "units is any collection of indices, and an index counts from the end when it is negative, "
+            "as in Python: zero new[:, list(units)], which takes both"))
 
 
-@exercise.wrong("zeroes the units in place", mentions="in place")
-def _in_place(units):
-    def hook(module, args, output):
-        output[:, units] = 0
-        return output
-    return hook
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
+
+def _ablator(*, edit="clone", where="list", returns=True):
+    """One factory for the near-copy wrong answers that zero by indexing: what they write into
+    ("clone", "detach": a detached clone, "in_place": the output itself, "data": output.data),
+    which units ("list": new[:, list(units)], "bare": new[:, units], "last": the last dimension,
+    "keep": copy the complement into zeros), and whether the hook returns the result."""
+    def answer(units):
+        def hook(module, args, output):
+            new = {"clone": output.clone, "detach": lambda: output.detach().clone(),
+                   "in_place": lambda: output, "data": lambda: output.data}[edit]()
+            if where == "keep":
+                keep = [i for i in range(output.shape[1]) if i not in units]
+                new = torch.zeros_like(output)
+                new[:, keep] = output[:, keep]
+            else:
+                index = {"list": (slice(None), list(units)), "bare": (slice(None), units),
+                         "last": (Ellipsis, list(units))}[where]
+                new[index] = 0
+            return new if returns else None
+        return hook
+    return answer
 
 
-@exercise.wrong("edits output.data", mentions=".data")
-def _data(units):
-    def hook(module, args, output):
-        output.data[:, units] = 0
-    return hook
+def _masker(*, dims=None, dtype=None, cache=False):
+    """The wrong answers that multiply by a 0/1 mask: shaped for every number of dimensions, or for
+    ``dims`` (2 and 4) only; in the output's dtype or in ``dtype``; built anew or once (``cache``)."""
+    def answer(units):
+        kept = {}
+
+        def hook(module, args, output):
+            if cache and "mask" in kept:
+                return output * kept["mask"]
+            mask = torch.ones(output.shape[1], dtype=dtype or output.dtype)
+            mask[list(units)] = 0
+            if dims is None:
+                mask = mask.view(1, -1, *[1] * (output.dim() - 2))
+            elif output.dim() == 4:
+                mask = mask.view(1, -1, 1, 1)
+            if cache:
+                mask = kept.setdefault("mask", mask * torch.ones_like(output[:1]))
+            return output * mask
+        return hook
+    return answer
 
 
-@exercise.wrong("zeroes the last dimension instead of dimension 1", mentions="dimension 1")
-def _last_dim(units):
-    def hook(module, args, output):
-        output = output.clone()
-        output[..., units] = 0
-        return output
-    return hook
+exercise.wrong("returns a detached copy", mentions="cut from the graph")(_ablator(edit="detach"))
+exercise.wrong("rebinds the output without returning it", mentions="returned None")(_ablator(returns=False))
+exercise.wrong("zeroes the units in place", mentions="in place")(_ablator(edit="in_place"))
+exercise.wrong("edits output.data", mentions=".data")(_ablator(edit="data", returns=False))
+exercise.wrong("zeroes the last dimension instead of dimension 1", mentions="dimension 1")(_ablator(where="last"))
+exercise.wrong("indexes with the units themselves, new[:, units]", mentions="list(units)", hidden=True)(
+    _ablator(where="bare"))
+exercise.wrong("copies the units it keeps into zeros", mentions="negative", hidden=True)(_ablator(where="keep"))
+exercise.wrong("multiplies by a mask shaped for 2-D and 4-D outputs only", mentions="(N, C, L)", hidden=True)(
+    _masker(dims=(2, 4)))
+exercise.wrong("multiplies by a float32 mask", mentions="dtype=output.dtype")(_masker(dtype=torch.float32))
+exercise.wrong("builds the mask from the first output and keeps it", mentions="keep nothing from the first call")(
+    _masker(cache=True))

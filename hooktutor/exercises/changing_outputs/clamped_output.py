@@ -1,4 +1,20 @@
-"""03_changing_outputs, exercise: changing_outputs.clamped_output."""
+"""03_changing_outputs, exercise: run a model once with one layer's output clamped, leave no hook.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- raises: removes the hook after ``model(x)`` but not in ``finally:``, or never;
+- inplace_after: ``clamp_`` in place, which edits the caller's ``x`` when the layer returns its
+  input itself (``nn.Identity``), and breaks backward when the layer saved its output (a Sigmoid);
+- technique: rebinds ``output`` without returning it; ``clamp(output, v)`` with a positional ``v``
+  (a minimum); runs ``model.forward(x)``, which skips the hooks of the model itself (``layer`` may
+  be the model); an arithmetic clamp with a 0/1 mask (``inf * 0`` is ``nan``);
+- detached: runs the model under ``torch.no_grad()`` or returns ``model(x).detach()``: the result
+  has no graph, so backward through it fails;
+- left_as_found: switches the model to ``eval()`` and leaves it there;
+- twice: a hook that removes itself when it first fires clamps only the first of two calls;
+- nested, repeat: a layer deep inside the model; the same answer twice in a row;
+- a wrong type: forgets to return ``model(x)``.
+"""
 
 from __future__ import annotations
 
@@ -25,8 +41,10 @@ def clamped_output(model, x, layer, max_value):
 exercise = Exercise(
     "changing_outputs.clamped_output", "Run a model with one layer clamped",
     task=("write clamped_output(model, x, layer, max_value) that returns model(x) computed with "
-          "every value of layer's output above max_value replaced by max_value; it leaves no hook "
-          "attached and never changes x"),
+          "every value of layer's output above max_value replaced by max_value (inf included); layer "
+          "may be any module of model, model itself too. The result keeps its autograd graph, so "
+          "backward through it works; it leaves no hook attached, never changes x and leaves the model "
+          "as it found it"),
     hints=[
         "A forward hook that returns output.clamp(max=max_value) replaces the layer's output.",
         "Keep the handle of register_forward_hook, run model(x) in a try: block and call "
@@ -39,7 +57,11 @@ exercise = Exercise(
     guide="""leaving the hook attached; `clamp_` in place, which edits the caller's `x` when the layer
     returns its input itself (`nn.Identity`, `Dropout` in eval mode); rebinding without
     returning; `clamp(output, v)` with a positional `v`, which sets a *minimum* (write
-    `clamp(max=v)`).""",
+    `clamp(max=v)`). The check also catches running the model under `torch.no_grad()` or
+    returning `model(x).detach()` (backward through the result fails), `clamp_` on a Sigmoid's
+    output (backward fails), `model.forward(x)` (the model's own hooks never fire, so clamping the
+    model itself does nothing), switching the model to `eval()`, and an arithmetic clamp with a
+    0/1 mask (an `inf` becomes `nan`).""",
 )
 
 
@@ -49,7 +71,8 @@ def _mlp_case(answer, t: Tester, max_value: float) -> None:
     hidden = model.fc1(x).clamp(max=max_value)
     expected = model.head(model.act2(model.fc2(model.act1(hidden)))).detach()
     plain = model.forward_with_intermediates(x)[0].detach()
-    got = answer(model, x, model.fc1, max_value)
+    with kit.LeftAsFound(t, model, name="the MLP (in train mode)"):
+        got = answer(model, x, model.fc1, max_value)
     t.expect_type(got, torch.Tensor, what=f"clamped_output(model, x, model.fc1, {max_value})",
                   nudge="return what model(x) returns (return model(x) inside the try: block)")
     t.expect_close(got, expected, what=f"clamped_output(model, x, model.fc1, {max_value})",
@@ -74,18 +97,46 @@ def _(answer, t: Tester) -> None:
     _mlp_case(answer, t, -0.25)
 
 
-@exercise.case("a layer that returns its input itself (nn.Identity): x must not change")
+@exercise.case("a layer that returns its input itself (nn.Identity), an inf in x: x must not change")
 def _(answer, t: Tester) -> None:
     with seeded(5):
         model = t.track(nn.Sequential(nn.Identity(), nn.Linear(4, 2)), "an Identity-Linear net")
-    x = torch.tensor([[-1.0, 0.5, 2.0, 3.0]])
+    x = torch.tensor([[-1.0, 0.5, 2.0, float("inf")]])
     before = x.clone()
     got = answer(model, x, model[0], 1.0)
     t.expect(torch.equal(x, before), what="the caller's x after clamped_output", expected=before, got=x,
              nudge=("you changed the caller's tensor: nn.Identity returns its input itself, so an "
                     "in-place clamp_ on its output edits x. Return output.clamp(max=...) instead"))
-    t.expect_close(got, model[1](before.clamp(max=1.0)).detach(), what="clamped_output(model, x, model[0], 1.0)",
-                   nudge="clamp the Identity's output at 1.0 and let the Linear see the clamped values")
+    t.expect_close(got, model[1](torch.tensor([[-1.0, 0.5, 1.0, 1.0]])).detach(),
+                   what="clamped_output(model, x, model[0], 1.0)", nudge=(
+                       "clamp the Identity's output at 1.0, inf included (inf becomes 1.0; a 0/1 mask "
+                       "gives inf * 0 = nan), and let the Linear see the clamped values"))
+
+
+@exercise.case("a Sigmoid's output clamped, then backward through the result")
+def _(answer, t: Tester) -> None:
+    with seeded(27):
+        net = t.track(nn.Sequential(nn.Linear(3, 4), nn.Sigmoid(), nn.Linear(4, 2)), "a Linear-Sigmoid-Linear net")
+    x = kit.randn(3, 3, seed=27)
+    ref = net[2](torch.minimum(torch.sigmoid(net[0](x)), torch.tensor(0.5)))
+    expected_grad = torch.autograd.grad(ref.sum(), net[0].weight)[0]
+    got = answer(net, x, net[1], 0.5)
+    t.expect_type(got, torch.Tensor, what="clamped_output(net, x, net[1], 0.5)", nudge="return what model(x) returns")
+    t.expect(got.grad_fn is not None, what="clamped_output(net, x, net[1], 0.5)",
+             expected="a tensor with its autograd graph", got="a tensor without one", nudge=(
+                 "return model(x) as it is, with its graph, so the caller can run backward through it: "
+                 "no torch.no_grad() around it, no .detach()"))
+    try:
+        got.sum().backward()
+    except RuntimeError as e:
+        t.expect(False, what="backward through the result", expected="the gradients",
+                 got=f"{type(e).__name__}: {e}"[:120], nudge=(
+                     "the Sigmoid saved its output for backward, and an in-place clamp_ changed it: "
+                     "return output.clamp(max=max_value), a new tensor"))
+    t.expect_close(got, ref.detach(), what="clamped_output(net, x, net[1], 0.5)",
+                   nudge="clamp the Sigmoid's output at 0.5 and let the last Linear see the clamped values")
+    t.expect_close(net[0].weight.grad, expected_grad, what="the first Linear's weight gradient",
+                   nudge="the clamped values get no gradient, the others pass it on")
 
 
 @exercise.case("a layer deep inside a nested model (encoder.body.0)")
@@ -123,51 +174,82 @@ def _(answer, t: Tester) -> None:
                          "hook attached for the whole model(x) and remove it afterwards, in finally:")
 
 
-@exercise.wrong("forgets to return model(x)", mentions="None (nothing was returned)")
-def _no_return(model, x, layer, max_value):
-    with layer.register_forward_hook(lambda m, a, o: o.clamp(max=max_value)):
-        model(x)
+@exercise.case("the whole model as the layer: its output clamped", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Nested(seed=28), "a nested model")
+    x = kit.randn(4, 4, seed=28)
+    expected = model.forward(x).detach().clamp(max=0.0)
+    got = answer(model, x, model, 0.0)
+    t.expect_type(got, torch.Tensor, what="clamped_output(model, x, model, 0.0)", nudge="return what model(x) returns")
+    t.expect_close(got, expected, what="clamped_output(model, x, model, 0.0)", nudge=(
+        "the layer may be the model itself: call model(x), which runs the model's own hooks; "
+        "model.forward(x) skips them"))
 
 
-@exercise.wrong("removes the hook, but not in a finally block", mentions="`finally:` block")
-def _clamp_no_finally(model, x, layer, max_value):
-    handle = layer.register_forward_hook(lambda m, a, o: o.clamp(max=max_value))
-    out = model(x)
-    handle.remove()
-    return out
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
+
+def _clamper(*, hook="clamp", remove="finally", run="call", eval_mode=False):
+    """One factory for the near-copy wrong answers: what the hook does ("clamp", "clamp_": in place,
+    "rebind": assigns and returns nothing, "min": clamp(output, v), "mask": output * (1 - over) +
+    v * over), how it goes ("finally", "with": the handle as a context manager, "after": not in a
+    finally block, "never", "self": the hook removes itself when it first fires), how the model
+    runs ("call", "forward": model.forward(x), "no_grad", "detach", "no_return"), and whether the
+    model is switched to eval() first."""
+    def answer(model, x, layer, max_value):
+        def body(module, args, output):
+            if remove == "self":
+                handle.remove()
+            if hook == "clamp_":
+                return output.clamp_(max=max_value)
+            if hook == "rebind":
+                output = output.clamp(max=max_value)   # noqa: F841 - the point: a local name, not returned
+                return None
+            if hook == "min":
+                return torch.clamp(output, max_value)
+            if hook == "mask":
+                over = (output > max_value).to(output.dtype)
+                return output * (1 - over) + max_value * over
+            return output.clamp(max=max_value)
+
+        def forward():
+            if run == "forward":
+                return model.forward(x)
+            if run == "no_grad":
+                with torch.no_grad():
+                    return model(x)
+            out = model(x)
+            return out.detach() if run == "detach" else None if run == "no_return" else out
+        if eval_mode:
+            model.eval()
+        handle = layer.register_forward_hook(body)
+        if remove == "with":
+            with handle:
+                return forward()
+        if remove == "finally":
+            try:
+                return forward()
+            finally:
+                handle.remove()
+        out = forward()
+        if remove == "after":
+            handle.remove()
+        return out
+    return answer
 
 
-@exercise.wrong("a hook that removes itself when it first fires", mentions="both outputs must be clamped",
-                      hidden=True)
-def _one_shot(model, x, layer, max_value):
-    def hook(module, args, output):
-        handle.remove()
-        return output.clamp(max=max_value)
-    handle = layer.register_forward_hook(hook)
-    return model(x)
-
-
-@exercise.wrong("forgets to remove the hook", mentions="left a hook attached")
-def _leaky(model, x, layer, max_value):
-    layer.register_forward_hook(lambda m, a, o: o.clamp(max=max_value))
-    return model(x)
-
-
-@exercise.wrong("clamps in place", mentions="caller's tensor")
-def _clamp_in_place(model, x, layer, max_value):
-    with layer.register_forward_hook(lambda m, a, o: o.clamp_(max=max_value)):
-        return model(x)
-
-
-@exercise.wrong("rebinds the output without returning it", mentions="returned None")
-def _clamp_rebind(model, x, layer, max_value):
-    def hook(module, args, output):
-        output = output.clamp(max=max_value)
-    with layer.register_forward_hook(hook):
-        return model(x)
-
-
-@exercise.wrong("writes clamp(output, max_value), a minimum", mentions="clamp(max=max_value)")
-def _clamp_min(model, x, layer, max_value):
-    with layer.register_forward_hook(lambda m, a, o: torch.clamp(o, max_value)):
-        return model(x)
+exercise.wrong("forgets to return model(x)", mentions="None (nothing was returned)")(
+    _clamper(remove="with", run="no_return"))
+exercise.wrong("removes the hook, but not in a finally block", mentions="`finally:` block")(_clamper(remove="after"))
+exercise.wrong("a hook that removes itself when it first fires", mentions="both outputs must be clamped",
+               hidden=True)(_clamper(remove="self"))
+exercise.wrong("forgets to remove the hook", mentions="left a hook attached")(_clamper(remove="never"))
+exercise.wrong("clamps in place", mentions="caller's tensor")(_clamper(hook="clamp_", remove="with"))
+exercise.wrong("rebinds the output without returning it", mentions="returned None")(
+    _clamper(hook="rebind", remove="with"))
+exercise.wrong("writes clamp(output, max_value), a minimum", mentions="clamp(max=max_value)")(
+    _clamper(hook="min", remove="with"))
+exercise.wrong("runs the model under torch.no_grad()", mentions="no torch.no_grad()")(_clamper(run="no_grad"))
+exercise.wrong("returns model(x).detach()", mentions="no .detach()")(_clamper(run="detach"))
+exercise.wrong("runs model.forward(x)", mentions="skips them", hidden=True)(_clamper(run="forward"))
+exercise.wrong("switches the model to eval()", mentions="as you found it")(_clamper(eval_mode=True))
+exercise.wrong("clamps with a 0/1 mask", mentions="nan")(_clamper(hook="mask"))

@@ -1,4 +1,17 @@
-"""03_changing_outputs, exercise: changing_outputs.scale_first."""
+"""03_changing_outputs, exercise: a forward pre-hook that scales only the first argument.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- technique: returns a single tensor or a list (torch wraps it into a 1-tuple and drops the other
+  arguments); keeps only ``args[1:2]``, which drops a third argument; scales every argument;
+  detaches the scaled argument (backward never reaches the caller's tensor);
+- inplace_after: ``args[0].mul_(factor)`` changes the caller's tensor;
+- dtype: ``args[0].float()`` hands a float32 tensor to a float64 module, which refuses it;
+- twice, repeat: scales only the first call of the hook, so a module called twice in one forward
+  gets its second input unscaled;
+- the arithmetic: divides by ``1 / factor`` (``factor=0`` divides by zero); leaves a first argument
+  that is a plain number alone.
+"""
 
 from __future__ import annotations
 
@@ -24,8 +37,9 @@ exercise = Exercise(
     "changing_outputs.scale_first", "Scale only the first argument with a pre-hook",
     task=("write scale_first(factor) that returns a forward pre-hook which multiplies the first "
           "positional argument of the module by factor and passes every other argument through "
-          "unchanged, without modifying the caller's tensors; gradients still flow back through the "
-          "scaled argument"),
+          "unchanged (there may be one, two, three or more), without modifying the caller's tensors, on "
+          "every call of the module; the first argument may be a tensor of any dtype or a plain number, "
+          "and factor may be 0; gradients still flow back through the scaled argument"),
     hints=[
         "A forward pre-hook is hook(module, args); args is the tuple of positional arguments, and "
         "what the hook returns replaces it.",
@@ -36,9 +50,19 @@ exercise = Exercise(
     solution=scale_first,
     errors={"missing 1 required positional argument": (
         "your pre-hook returned a single value; torch wraps it into (value,), so the module got "
-        "only one argument and the others were dropped. Return a tuple with every argument")},
+        "only one argument and the others were dropped. Return a tuple with every argument"),
+        "division by zero": (
+            "factor may be 0: multiply the first argument by factor, args[0] * factor, instead of "
+            "dividing by 1 / factor"),
+        "must have the same dtype": (
+            "your pre-hook handed the module a tensor of another dtype than the caller's (a float32 "
+            "tensor for a float64 module): multiply args[0] itself, args[0] * factor, without .float()")},
     guide="""returning a single tensor, which torch wraps into a 1-tuple, dropping the other arguments;
-    `args[0].mul_(factor)`, which changes the caller's tensor; scaling every argument.""",
+    `args[0].mul_(factor)`, which changes the caller's tensor; scaling every argument. The check now
+    also catches keeping only `args[1:2]` (a third argument is dropped), `args[0].float()` (a float64
+    module refuses it), a hook that scales only its first call (a module called twice in one
+    forward), dividing by `1 / factor` (`factor=0`) and leaving a first argument that is a plain
+    number alone.""",
 )
 
 
@@ -86,17 +110,57 @@ class _Add3(nn.Module):
         return a + b + c
 
 
-@exercise.case("a three-argument module, called with two")
+@exercise.case("a three-argument module, called with two and with three")
 def _(answer, t: Tester) -> None:
     mod = t.track(_Add3(), "an Add3 module")
-    handle = mod.register_forward_pre_hook(answer(-1.0))
-    try:
-        got = mod(torch.tensor([5.0]), torch.tensor([7.0]))
-    finally:
-        handle.remove()
+    got = []
+    for args in ((torch.tensor([5.0]), torch.tensor([7.0])), (torch.tensor([5.0]), torch.tensor([7.0]), 1.0)):
+        handle = mod.register_forward_pre_hook(answer(-1.0))
+        try:
+            got.append(mod(*args))
+        finally:
+            handle.remove()
+    got, got3 = got
     t.expect_close(got, torch.tensor([102.0]), what="add3(5, 7) with scale_first(-1.0)",
                    wrong={"dropped": (torch.tensor([5.0]), _DROPPED)},
                    nudge="-5 + 7 + the default 100 = 102: keep every argument you were given")
+    t.expect_close(got3, torch.tensor([3.0]), what="add3(5, 7, 1) with scale_first(-1.0)",
+                   nudge="-5 + 7 + 1 = 3: pass every other argument on, however many there are: *args[1:]")
+
+
+@exercise.case("a float64 TwoInputNet: the scaled argument stays float64")
+def _(answer, t: Tester) -> None:
+    net = t.track(TwoInputNet(seed=29), "the TwoInputNet")
+    net, a, b = kit.in_dtype(net, torch.tensor([[1.0, -1.0]]), torch.tensor([[0.5, 0.25]]))
+    result = answer(2.0)(net, (a, b))
+    t.expect(isinstance(result, tuple) and len(result) == 2, what="what your pre-hook returned",
+             expected="a tuple of 2 arguments", got=result, nudge=_DROPPED)
+    t.expect(isinstance(result[0], torch.Tensor) and result[0].dtype == torch.float64,
+             what="the dtype of the scaled argument", expected="torch.float64",
+             got=getattr(result[0], "dtype", result[0]), nudge=(
+                 "multiply args[0] itself, args[0] * factor: it keeps the caller's dtype (no .float())"))
+    handle = net.register_forward_pre_hook(answer(2.0))
+    try:
+        got = net(a, b)
+    finally:
+        handle.remove()
+    t.expect_close(got, net.forward(2.0 * a, b).detach(), what="net(a, b) with scale_first(2.0), in float64",
+                   nudge="the module must receive (2 * a, b)")
+
+
+@exercise.case("a layer that forward() calls twice: both calls are scaled")
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Twice(seed=30), "a model whose forward calls `block` twice")
+    x = kit.randn(2, 4, seed=30)
+    expected = model.out.forward(model.block.forward(2.0 * torch.tanh(model.block.forward(2.0 * x)))).detach()
+    handle = model.block.register_forward_pre_hook(answer(2.0))
+    try:
+        got = model(x)
+    finally:
+        handle.remove()
+    t.expect_close(got, expected, what="model(x) with scale_first(2.0) on `block`", nudge=(
+        "a pre-hook runs before every call of its module: scale args[0] each time, and keep no "
+        "state from one call to the next"))
 
 
 @exercise.case("a Linear, a module with one argument")
@@ -135,36 +199,60 @@ def _(answer, t: Tester) -> None:
                    "scaled input")
 
 
-@exercise.wrong("returns a list instead of a tuple", mentions="dropped")
-def _list(factor):
-    def pre_hook(module, args):
-        return [args[0] * factor, *args[1:]]
-    return pre_hook
+@exercise.case("factor 0, and a plain number as the first argument", hidden=True)
+def _(answer, t: Tester) -> None:
+    mod = t.track(_Add3(), "an Add3 module")
+    for factor, first, want in ((0.0, torch.tensor([5.0]), 107.0), (3.0, 2.0, 113.0)):
+        handle = mod.register_forward_pre_hook(answer(factor))
+        try:
+            got = mod(first, torch.tensor([7.0]))
+        finally:
+            handle.remove()
+        t.expect_close(got, torch.tensor([want]), what=f"add3({first if isinstance(first, float) else 5}, 7) "
+                       f"with scale_first({factor})", nudge=(
+                           "multiply the first argument by factor, whatever it is (a tensor or a plain "
+                           "number) and whatever factor is (0 too): args[0] * factor"))
 
 
-@exercise.wrong("detaches the scaled argument", mentions="cut from the graph", hidden=True)
-def _detach(factor):
-    def pre_hook(module, args):
-        return (args[0].detach() * factor, *args[1:])
-    return pre_hook
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
+
+def _scaler(*, scale=lambda first, factor: first * factor, rest=lambda args: args[1:], wrap=tuple,
+            every=False, tensors_only=False, once=False):
+    """One factory for the near-copy wrong answers: how the first argument is scaled (``scale``),
+    which other arguments are passed on (``rest``), what the arguments come back in (``wrap``:
+    tuple, list, or ``None``: the scaled argument alone), whether every argument is scaled, whether
+    a first argument that is not a tensor is left alone, and whether only the first call scales."""
+    def answer(factor):
+        calls = []
+
+        def pre_hook(module, args):
+            calls.append(1)
+            if (once and len(calls) > 1) or (tensors_only and not isinstance(args[0], torch.Tensor)):
+                return None
+            if every:
+                return tuple(scale(a, factor) for a in args)
+            first = scale(args[0], factor)
+            return first if wrap is None else wrap((first, *rest(args)))
+        return pre_hook
+    return answer
 
 
-@exercise.wrong("returns a single tensor", mentions="dropped")
-def _single(factor):
-    def pre_hook(module, args):
-        return args[0] * factor
-    return pre_hook
+def _in_place(first, factor):
+    first.mul_(factor)
+    return first
 
 
-@exercise.wrong("scales the first argument in place", mentions="caller's tensor")
-def _scale_in_place(factor):
-    def pre_hook(module, args):
-        args[0].mul_(factor)
-    return pre_hook
-
-
-@exercise.wrong("scales every argument", mentions="only the first argument")
-def _scale_all(factor):
-    def pre_hook(module, args):
-        return tuple(a * factor for a in args)
-    return pre_hook
+exercise.wrong("returns a list instead of a tuple", mentions="dropped")(_scaler(wrap=list))
+exercise.wrong("detaches the scaled argument", mentions="cut from the graph", hidden=True)(
+    _scaler(scale=lambda first, factor: first.detach() * factor))
+exercise.wrong("returns a single tensor", mentions="dropped")(_scaler(wrap=None))
+exercise.wrong("scales the first argument in place", mentions="caller's tensor")(_scaler(scale=_in_place))
+exercise.wrong("scales every argument", mentions="only the first argument")(_scaler(every=True))
+exercise.wrong("keeps only args[1:2]", mentions="however many")(_scaler(rest=lambda args: args[1:2]))
+exercise.wrong("casts the first argument to float32", mentions="no .float()")(
+    _scaler(scale=lambda first, factor: first.float() * factor))
+exercise.wrong("scales the first call only", mentions="keep no state")(_scaler(once=True))
+exercise.wrong("divides by 1 / factor", mentions="factor may be 0", hidden=True)(
+    _scaler(scale=lambda first, factor: first / (1.0 / factor)))
+exercise.wrong("leaves a first argument that is not a tensor alone", mentions="plain number", hidden=True)(
+    _scaler(tensors_only=True))

@@ -1,4 +1,4 @@
-"""03_changing_outputs, predict, then run: changing_outputs.which_edits_change."""
+"""03_changing_outputs, predict, then run: which of three forward-hook bodies change the model's output."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""06_hook_lab, predict, then run: hook_lab.scale_grad."""
+"""06_hook_lab, predict, then run: what the panel shows once scale_grad (x2) is on for features.4."""
 
 from __future__ import annotations
 
@@ -57,9 +57,9 @@ exercise = Prediction(
     },
     summary="a gradient hook leaves the forward pass and every later layer alone, and scales the "
             "gradient of its layer and of everything before it.",
-    guide="""(before step 3 of the   tour) the loss doubles (the forward pass is untouched); only the
-    hooked layer's bar doubles (everything before it doubles too); the later layers double
-    (backward reached them before the hook).""",
+    guide="""ask for it before step 3 of the tour. The loss doubles (the forward pass is
+    untouched); only the hooked layer's bar doubles (everything before it doubles too); the later
+    layers double (backward reached them before the hook).""",
 )
 
 

@@ -1,4 +1,23 @@
-"""01_tensor_hooks, exercise: tensor_hooks.clip_hook."""
+"""01_tensor_hooks, exercise: a tensor hook that clips the norm of one tensor's gradient.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- inplace_after: edits ``grad`` in place (``grad.mul_``): fails on the expanded gradient that
+  comes straight from ``.sum()``, and where torch allows it, changes a gradient tensor that
+  backward hands to other branches too;
+- alias: the gradient an addition passes back is one tensor for both of its inputs, so an in-place
+  edit by the hook on one leaf changes the other leaf's gradient;
+- nd: clips each row (or each sample) of a 2-D or 4-D gradient on its own instead of the norm of
+  the whole tensor;
+- dtype: computes in float32 (``grad.float()``): a float64 weight gets a float32 gradient back,
+  and backward refuses it;
+- repeat: computes the factor on the first call and reuses it, so a later, larger gradient is
+  not clipped (one hook, two backwards);
+- the arithmetic: forgets to return the new gradient; clamps each element; always rescales; compares
+  the squared norm (or the RMS) with max_norm; divides by ``norm + eps`` with a visible eps;
+  rescales when the norm equals max_norm too, which divides 0 by 0 for a zero gradient under
+  ``max_norm=0`` (a ``nan`` gradient).
+"""
 
 from __future__ import annotations
 
@@ -25,7 +44,8 @@ exercise = Exercise(
     "tensor_hooks.clip_hook", "Clip one tensor's gradient",
     task=("write clip_hook(max_norm) that returns a hook for Tensor.register_hook: when the "
           "gradient's norm is larger than max_norm, the hook returns the gradient rescaled to norm "
-          "max_norm (same direction); otherwise it keeps the gradient unchanged"),
+          "max_norm (same direction); otherwise it keeps the gradient unchanged. max_norm may be 0 "
+          "(every gradient becomes 0), and the gradient may be float64"),
     hints=[
         "clip_hook does not attach anything: inside it, define def hook(grad): ... and return hook.",
         "grad.norm() is the norm of the whole gradient. grad * (max_norm / norm) has the same "
@@ -35,18 +55,16 @@ exercise = Exercise(
         "tensor or shared with other branches.",
     ],
     solution=clip_hook,
-    equivalent_mutants={
-        "compare@6: norm > max_norm -> norm >= max_norm": (
-            "at norm == max_norm the rescaled gradient is grad * 1.0, the same values as "
-            "keeping it"
-        ),
-    },
     errors={
         "more than one element of the written-to tensor": (
             "your hook edited the gradient in place, and this gradient is an expanded tensor "
             "(it came straight from .sum()). Return a new tensor, grad * factor, instead of grad.mul_()."),
         "expected Variable, but hook returned": (
             "a tensor hook must return a tensor (the new gradient) or None."),
+        "has changed the type of value": (
+            "your hook returned a gradient of another dtype than the one it received (a float32 "
+            "gradient for a float64 tensor, say): compute with the gradient you were given, "
+            "grad * (max_norm / norm), without .float() or new float32 tensors."),
         "has changed the size of value": (
             "the returned gradient must have the same shape as the one the hook received: "
             "rescale the whole gradient, do not reduce it."),
@@ -55,7 +73,11 @@ exercise = Exercise(
     gradient only through its return value); it edits in place with `grad.mul_()`, which
     fails on the expanded gradient that comes straight from `.sum()`; it clamps each element
     instead of the norm of the whole gradient (the direction changes); it rescales every
-    gradient, also the small ones (only when the norm is above `max_norm`).""",
+    gradient, also the small ones (only when the norm is above `max_norm`). The check now also
+    catches an in-place edit where torch allows it (an addition hands both of its inputs the same
+    gradient tensor, so the other leaf's gradient changes too), a float32 computation for a float64
+    weight (backward refuses a gradient of another dtype), a factor computed on the first call and
+    reused, and `norm >= max_norm` (0 / 0 for a zero gradient with `max_norm=0`).""",
 )
 
 
@@ -148,6 +170,84 @@ def _(answer, t: Tester) -> None:
                    nudge="rescale the whole 4-D gradient to norm max_norm: grad * (max_norm / grad.norm())")
 
 
+@exercise.case("a float64 weight: its clipped gradient stays float64")
+def _(answer, t: Tester) -> None:
+    hook = _make_hook(answer, 1.0, t)
+    w = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    coeff = torch.tensor([0.0, 6.0, 8.0], dtype=torch.float64)    # norm 10
+    with w.register_hook(hook):
+        (w * coeff).sum().backward()
+    t.expect(w.grad is not None and w.grad.dtype == torch.float64, what="w.grad's dtype", expected="torch.float64",
+             got=None if w.grad is None else w.grad.dtype, nudge=(
+                 "compute with the gradient you were given: grad * (max_norm / norm) keeps its dtype"))
+    t.expect_close(w.grad, torch.tensor([0.0, 0.6, 0.8], dtype=torch.float64), what="w.grad (float64)",
+                   nudge="[0, 6, 8] has norm 10; clipped to norm 1 it is [0, 0.6, 0.8]")
+
+
+@exercise.case("a sum of two leaves, the hook on one: the other's gradient must not change")
+def _(answer, t: Tester) -> None:
+    hook = _make_hook(answer, 1.0, t)
+    w1 = torch.zeros(3, requires_grad=True)
+    w2 = torch.zeros(3, requires_grad=True)
+    coeff = torch.tensor([3.0, 4.0, 0.0])                        # both gradients: [3, 4, 0], norm 5
+    with w1.register_hook(hook):
+        ((w1 + w2) * coeff).sum().backward()
+    t.expect_close(w2.grad, coeff, what="w2.grad (w2 has no hook)", nudge=(
+        "the addition hands the same gradient tensor to both of its inputs: your hook edited it in "
+        "place, and w2's gradient changed too. Return a new tensor, grad * factor, and never edit grad"))
+    t.expect_close(w1.grad, coeff / 5, what="w1.grad", nudge="[3, 4, 0] has norm 5; clipped to norm 1 it "
+                   "is [0.6, 0.8, 0]")
+
+
+@exercise.case("max_norm=0: a gradient becomes 0, and a zero gradient stays 0", hidden=True)
+def _(answer, t: Tester) -> None:
+    w1 = torch.zeros(3, requires_grad=True)
+    w2 = torch.zeros(3, requires_grad=True)
+    with w1.register_hook(_make_hook(answer, 0.0, t)), w2.register_hook(_make_hook(answer, 0.0, t)):
+        ((w1 * torch.tensor([1.0, 2.0, 0.0])).sum() + (w2 * 0.0).sum()).backward()   # w2's gradient: 0
+    t.expect_close(w1.grad, torch.zeros(3), what="w1.grad (norm 5 ** 0.5, max_norm 0)",
+                   nudge="with max_norm 0 every gradient is rescaled to norm 0: grad * (0 / norm)")
+    t.expect_close(w2.grad, torch.zeros(3), what="w2.grad (a zero gradient, max_norm 0)", nudge=(
+        "a gradient that is 0 already is not larger than max_norm: keep it. Rescaling it divides 0 "
+        "by 0, which gives nan: compare norm > max_norm, strictly"))
+
+
+# -- the wrong answers peculiar to this exercise -------------------------------------------------
+
+def _clipper(*, norm=torch.linalg.vector_norm, over=lambda n, m: n > m, result="new", cast=None,
+             first_only=False):
+    """One factory for the near-copy wrong answers: how the norm is measured (``norm``), when the
+    hook rescales (``over``), what it does with the rescaled gradient ("new": returns it,
+    "in_place": grad.mul_, "try_in_place": in place where torch allows it, "forgotten": computes
+    it and returns nothing), a dtype it computes in (``cast``), whether the factor of the first
+    call is kept for later calls."""
+    def answer(max_norm):
+        kept = {}
+
+        def hook(grad):
+            g = grad if cast is None else grad.to(cast)
+            n = norm(g)
+            if first_only:
+                return g * kept.setdefault("factor", max_norm / n if over(n, max_norm) else 1.0)
+            if not over(n, max_norm):
+                return None
+            factor = max_norm / n
+            if result == "forgotten":
+                g = g * factor   # noqa: F841 - the point: a new local tensor, never returned
+                return None
+            if result == "new":
+                return g * factor
+            try:
+                g.mul_(factor)
+            except RuntimeError:
+                if result == "in_place":
+                    raise
+                return g * factor
+            return g
+        return hook
+    return answer
+
+
 @exercise.wrong("clips each row on its own (norm over the last dimension)", mentions="each row")
 def _per_row(max_norm):
     def hook(grad):
@@ -156,40 +256,23 @@ def _per_row(max_norm):
     return hook
 
 
-@exercise.wrong("compares the squared norm with max_norm", mentions="square root", hidden=True)
-def _squared(max_norm):
-    def hook(grad):
-        squared = (grad ** 2).sum()
-        if squared > max_norm:
-            return grad * (max_norm / squared.sqrt())
-        return None
-    return hook
-
-
-@exercise.wrong("computes the clipped gradient but forgets to return it", mentions="unchanged")
-def _forgets_return(max_norm):
-    def hook(grad):
-        norm = grad.norm()
-        if norm > max_norm:
-            grad = grad * (max_norm / norm)
-    return hook
-
-
-@exercise.wrong("edits the gradient in place with grad.mul_()", mentions="Return a new tensor")
-def _in_place(max_norm):
-    def hook(grad):
-        norm = grad.norm()
-        if norm > max_norm:
-            grad.mul_(max_norm / norm)
-        return grad
-    return hook
+exercise.wrong("compares the squared norm with max_norm", mentions="square root", hidden=True)(
+    _clipper(over=lambda n, m: n ** 2 > m))
+exercise.wrong("computes the clipped gradient but forgets to return it", mentions="unchanged")(
+    _clipper(result="forgotten"))
+exercise.wrong("edits the gradient in place with grad.mul_()", mentions="Return a new tensor")(
+    _clipper(result="in_place"))
+exercise.wrong("edits the gradient in place where torch allows it", mentions="same gradient tensor")(
+    _clipper(result="try_in_place"))
+exercise.wrong("always rescales to max_norm, even small gradients", mentions="only when")(
+    _clipper(over=lambda n, m: True))
+exercise.wrong("computes in float32 (grad.float())", mentions="another dtype")(_clipper(cast=torch.float32))
+exercise.wrong("computes the factor on the first call and keeps it", mentions="norm max_norm",
+               hidden=True)(_clipper(first_only=True))
+exercise.wrong("rescales when the norm equals max_norm too (0 / 0)", mentions="strictly", hidden=True)(
+    _clipper(over=lambda n, m: n >= m))
 
 
 @exercise.wrong("clamps each element instead of the norm", mentions="whole gradient")
 def _clamps(max_norm):
     return lambda grad: grad.clamp(-max_norm, max_norm)
-
-
-@exercise.wrong("always rescales to max_norm, even small gradients", mentions="only when")
-def _always(max_norm):
-    return lambda grad: grad * (max_norm / grad.norm())

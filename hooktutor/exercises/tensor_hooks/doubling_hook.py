@@ -1,4 +1,4 @@
-"""01_tensor_hooks, predict, then run: tensor_hooks.doubling_hook."""
+"""01_tensor_hooks, predict, then run: what a hook that doubles the gradient of v changes (a, b, c, v)."""
 
 from __future__ import annotations
 
