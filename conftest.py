@@ -4,10 +4,11 @@ The notebook kernels that nbval and the tests start inherit this process's envir
 MPLBACKEND set in the shell (or by a library) would make them draw nowhere instead of
 inline, and every stored figure would go missing, so it is removed here.
 
-Every notebook is also collected once per CPU profile (``--cpu-profiles``, default
-``avx2,default``; see ``hooktutor/course/cpu_profiles.py``): the same strict nbval comparison, in a
-kernel started with that profile's environment, so the stored outputs are checked against the
-numbers an older CPU computes. Their test ids read ``notebooks/NN_x.ipynb[cpu=avx2]::Cell 5``.
+Every notebook is also collected once per CPU profile (``--cpu-profiles``, default ``default``;
+see ``hooktutor/course/cpu_profiles.py``): the same strict nbval comparison, in a kernel started
+with that profile's environment, so the stored outputs are checked against the numbers an older
+CPU computes. Their test ids read ``notebooks/NN_x.ipynb[cpu=default]::Cell 5``. (The AVX2
+profile is checked by ``tests/test_rerun.py``, which runs every notebook anyway.)
 """
 
 from __future__ import annotations

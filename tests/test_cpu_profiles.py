@@ -1,6 +1,7 @@
 """The CPU profiles really make torch compute like an older CPU.
 
-``python3 course.py test`` runs every notebook again under each profile (root ``conftest.py``).
+``python3 course.py test`` runs every notebook again under each profile (root ``conftest.py`` for
+``default``, ``tests/test_rerun.py`` for ``avx2``).
 That run proves something only if the profile's variables reach the libraries inside torch:
 each test here starts a fresh Python with a profile and asks torch which instructions it used.
 """
@@ -13,7 +14,7 @@ import sys
 
 import pytest
 
-from hooktutor.course.cpu_profiles import CPU_PROFILES, DEFAULT_PROFILES, parse, profile_environment
+from hooktutor.course.cpu_profiles import CPU_PROFILES, DEFAULT_PROFILES, RERUN_PROFILE, parse, profile_environment
 
 ISA_RANK = {"default": 0, "sse41": 0, "avx2": 1, "avx512": 2}
 
@@ -41,7 +42,7 @@ def rank(isa: str) -> int:
     return ISA_RANK["default"] if "jit:uni" in isa or "ref" in isa or "gemm" in isa else 99
 
 
-@pytest.mark.parametrize("profile", DEFAULT_PROFILES)
+@pytest.mark.parametrize("profile", sorted(CPU_PROFILES))
 def test_the_profile_caps_aten_and_onednn(profile):
     capability, conv = run_under(profile)
     want = CPU_PROFILES[profile]["ATEN_CPU_CAPABILITY"]
@@ -83,3 +84,8 @@ def pytester_notebook_ids():
                            "notebooks/00_start_here.ipynb"], cwd=root, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return {line.strip() for line in done.stdout.splitlines()}
+
+
+def test_every_profile_runs_the_notebooks_somewhere():
+    assert set(DEFAULT_PROFILES) | {RERUN_PROFILE} == set(CPU_PROFILES)
+    assert RERUN_PROFILE not in DEFAULT_PROFILES
