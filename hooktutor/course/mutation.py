@@ -45,6 +45,7 @@ Predictions have no solution to mutate (their truth is computed live) and are no
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import inspect
 import sys
@@ -328,7 +329,10 @@ def mutants(solution: Any) -> list[Mutant]:
             namespace["__mutant_no_handle__"] = _NoHandle
             namespace["__mutant_state__"] = {}
             exec(compile(mutated, f"<mutant of {name}>", "exec"), namespace)   # noqa: S102 - our own code, mutated
-            return namespace[name]
+            built = namespace[name]
+            with contextlib.suppress(AttributeError, TypeError):   # for a check that runs an answer's source
+                built.__hooktutor_source__ = ast.unparse(mutated)   # in other processes (08's comm hook)
+            return built
 
         mutant = Mutant(site.operator, line, site.before, site.after, build)
         if mutant.id in seen:   # the same change reached twice (a node two operators share)

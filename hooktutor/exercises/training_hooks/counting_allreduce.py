@@ -1,0 +1,342 @@
+"""08_training_hooks, exercise 4: a DDP communication hook of the learner's own, checked on
+two and three gloo processes.
+
+The check cannot hand a function defined in a notebook to new processes (a spawned process
+imports what it runs by module and name, and a notebook is no module), so it sends the
+answer's *source*: the worker below compiles it in a namespace with ``torch``, ``dist``
+(``torch.distributed``) and ``default_hooks``, and registers it with
+``register_comm_hook(state, hook)`` on a DDP model whose buckets are small (several per pass).
+A trusted run with the same model and batches gives the truth: the buckets DDP hands out and
+the averaged gradients.
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- technique: returns the bucket's own buffer in a finished future (no all-reduce: every
+  process keeps its own gradient); returns the all-reduce's future itself, whose value is a
+  list (DDP fails inside);
+- arithmetic: sums instead of averaging; divides by 2 instead of the number of processes
+  (right on two, wrong on three);
+- state: records into a list of its own instead of ``state``; records the number of
+  gradients instead of the number of values; records its first call only;
+- repeat: two passes (DDP may lay its buckets out anew after the first);
+- dtype: a float64 model.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import textwrap
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+from ... import distributed
+from ...data import blobs
+from ...models import MLP
+from ..core import Exercise, Tester
+
+
+def counting_allreduce(state, bucket):
+    """DDP's communication hook: record (index, numel) of each bucket in `state`, and return a
+    future whose value is the bucket's buffer averaged over the processes."""
+    ### BEGIN SOLUTION
+    state.append((bucket.index(), bucket.buffer().numel()))
+    averaged = bucket.buffer() / dist.get_world_size()
+    work = dist.all_reduce(averaged, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+    ### END SOLUTION
+
+
+exercise = Exercise(
+    "training_hooks.counting_allreduce", "A communication hook of your own",
+    task=("write counting_allreduce(state, bucket), a DDP communication hook: append (bucket.index(), "
+          "bucket.buffer().numel()) to state (the list given to register_comm_hook), and return a "
+          "torch.futures.Future whose value is the bucket's buffer averaged over the processes. The check "
+          "runs its source in new processes: use only torch, dist (torch.distributed), default_hooks and "
+          "what you import inside the function"),
+    hints=[
+        "DDP calls the hook once per bucket, as hook(state, bucket): bucket.buffer() is one flat tensor "
+        "with the bucket's gradients, bucket.index() its number. Record first: state.append((bucket.index(), "
+        "bucket.buffer().numel())).",
+        "dist.all_reduce(tensor, async_op=True) starts a sum over the processes and returns a work object; "
+        "work.get_future() is a Future whose value is a list with the tensor. Divide by "
+        "dist.get_world_size() (before or after) to get the average.",
+        "DDP wants a Future of one tensor: return work.get_future().then(lambda fut: fut.value()[0]), or "
+        "hand the bucket to the built-in hook after recording: return default_hooks.allreduce_hook(None, "
+        "bucket).",
+    ],
+    solution=counting_allreduce,
+    equivalent_mutants={
+        "number@8: 0 -> -1": "the all-reduce's future holds a list of one tensor: its last item is its first",
+    },
+    guide="""returning `bucket.buffer()` in a finished future without an all-reduce (each process
+    keeps its own gradient, and the models drift apart); returning the all-reduce's own future,
+    whose value is a list (DDP fails with an internal assert); summing without dividing, or
+    dividing by 2 rather than `dist.get_world_size()`; recording into a list of its own instead
+    of `state`, or `len(bucket.gradients())` instead of the number of values; using a name
+    defined in the notebook (the check runs the hook's source in new processes).""",
+)
+
+_NAMESPACE_NOTE = ("the check runs your function's source in new processes, which have only torch, dist "
+                   "(torch.distributed) and default_hooks: import anything else inside the function, and "
+                   "append your records to state, the list DDP passes to the hook")
+
+
+def answer_source(answer: Callable) -> str:
+    """The source of ``answer`` (a mutant carries its own), dedented; ValueError with what to do."""
+    source = getattr(answer, "__hooktutor_source__", None)
+    if source is None:
+        if getattr(answer, "__name__", "<lambda>") == "<lambda>" or not inspect.isfunction(answer):
+            raise ValueError("write the hook as a function: def counting_allreduce(state, bucket): ...")
+        try:
+            source = inspect.getsource(answer)
+        except (OSError, TypeError):
+            raise ValueError("its source cannot be read: define it with def in a cell of its own and run that "
+                             "cell") from None
+    tree = ast.parse(textwrap.dedent(source))
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    if not defs:
+        raise ValueError("write the hook as a function: def counting_allreduce(state, bucket): ...")
+    defs[0].decorator_list = []   # a decorator would run in the processes too
+    return ast.unparse(defs[0])
+
+
+def _batch(rank: int, step: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    x, y = blobs(8, seed=100 + 10 * rank + step)
+    return x.to(dtype), y
+
+
+def _passes(model: nn.Module, rank: int, passes: int, dtype: torch.dtype) -> list[dict[str, torch.Tensor]]:
+    """``passes`` forward and backward passes on this rank's batches; the gradients after each."""
+    grads = []
+    for step in range(passes):
+        model.zero_grad(set_to_none=True)
+        x, y = _batch(rank, step, dtype)
+        nn.functional.cross_entropy(model(x), y).backward()
+        inner = getattr(model, "module", model)   # DDP's parameters are named module.<name>
+        grads.append({n: p.grad.detach().clone() for n, p in inner.named_parameters()})
+    return grads
+
+
+def _ddp(dtype: torch.dtype, bucket_cap_mb: float) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(MLP(seed=0).to(dtype), bucket_cap_mb=bucket_cap_mb)
+
+
+def _trusted(state, bucket):   # no annotations: DDP checks them, and this module's are strings
+    state.append((bucket.index(), bucket.buffer().numel()))
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+def _raising_as_itself(hook: Callable, result: dict[str, Any]) -> Callable:
+    """``hook``, noting in ``result`` an exception it raises itself (DDP's own errors, about
+    what it returned, are not noted)."""
+    def noted(state, bucket):   # no annotations: DDP checks them, and this module's are strings
+        try:
+            return hook(state, bucket)
+        except Exception as exc:
+            result["raised"] = (type(exc).__name__, str(exc)[:300])
+            raise
+    return noted
+
+
+def ddp_worker(rank: int, world_size: int, *, source: str, name: str, dtype: torch.dtype, passes: int,
+               bucket_cap_mb: float) -> dict[str, Any]:
+    """Runs in every process: the truth (a trusted recording hook), each rank's own gradients
+    (no DDP), then the answer compiled from ``source``. An error is returned, not raised: both
+    ranks run the same code, so both return it."""
+    from ...models import seeded
+
+    with seeded(0):
+        alone = MLP(seed=0).to(dtype)
+    result: dict[str, Any] = {"local": _passes(alone, rank, passes, dtype)}
+    truth: list = []
+    ddp = _ddp(dtype, bucket_cap_mb)
+    ddp.register_comm_hook(truth, _trusted)
+    result["truth"], result["truth_grads"] = truth, _passes(ddp, rank, passes, dtype)
+    namespace: dict[str, Any] = {"torch": torch, "dist": dist, "default_hooks": default_hooks,
+                                 "__name__": "your_answer"}
+    try:
+        exec(compile(source, "<your answer>", "exec", dont_inherit=True), namespace)  # noqa: S102 - theirs
+        hook = _raising_as_itself(namespace[name], result)
+        state: list = []
+        ddp = _ddp(dtype, bucket_cap_mb)
+        ddp.register_comm_hook(state, hook)
+        result["grads"] = _passes(ddp, rank, passes, dtype)
+        result["state"] = [tuple(s) if isinstance(s, (list, tuple)) else s for s in state]
+    except Exception as exc:  # the learner's hook raised (in DDP, or compiling)
+        last = traceback.format_exception_only(type(exc), exc)[-1].strip()
+        result["error"] = last[:400]
+    return result
+
+
+def _explain_error(error: str) -> str:
+    if "NameError" in error:
+        return _NAMESPACE_NOTE
+    if "isPyObject" in error or "Future" in error or "future" in error:
+        return ("return a torch.futures.Future whose value is one tensor: "
+                "work.get_future().then(lambda fut: fut.value()[0]), where work = dist.all_reduce(..., async_op=True)")
+    return "read the error above: it happened inside your hook, in the processes the check started"
+
+
+def _run(answer: Callable, t: Tester, world_size: int, dtype: torch.dtype, passes: int) -> list[dict[str, Any]]:
+    try:
+        source = answer_source(answer)
+    except ValueError as exc:
+        t.expect(False, what="your answer", expected="a function defined with def", got=answer, nudge=str(exc))
+    name = getattr(answer, "__name__", "counting_allreduce")
+    try:
+        ranks = distributed.run(ddp_worker, world_size, timeout=60, source=source, name=name, dtype=dtype,
+                                passes=passes, bucket_cap_mb=0.0005)
+    except Exception as exc:  # a process that died or hung: a hook that all-reduces on some ranks only
+        t.expect(False, what=f"DDP on {world_size} processes", expected="a run that ends",
+                 got=str(exc).strip().splitlines()[-1][:300],
+                 nudge="every process must call the same collectives in the same order")
+    raised = ranks[0].get("raised")
+    if raised is not None and raised[0] == "NameError":
+        t.expect(False, what=f"your hook, under DDP on {world_size} processes", expected="no error",
+                 got=f"NameError: {raised[1]}", nudge=_NAMESPACE_NOTE)
+    if raised is not None:   # the hook itself raised: report it as the check reports any answer's error
+        kind = getattr(builtins, raised[0], None)
+        kind = kind if isinstance(kind, type) and issubclass(kind, Exception) else RuntimeError
+        message = f"{raised[1]} (in the processes the check started)"
+        try:
+            error = kind(message)
+        except TypeError:   # an exception class that wants other arguments
+            error = RuntimeError(f"{raised[0]}: {message}")
+        # raised from a frame named for the learner's code, which it came from: the check reports
+        # it as the answer's error, not as one of its own
+        exec(compile("raise error", "<your hook, in the processes the check started>", "exec"),  # noqa: S102
+             {"error": error})
+    error = ranks[0].get("error")
+    t.expect(error is None, what=f"your hook, under DDP on {world_size} processes", expected="no error",
+             got=error, nudge=_explain_error(error or ""))
+    return ranks
+
+
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    tol = (1e-12, 1e-12) if a.dtype == torch.float64 else (1e-5, 1e-7)
+    return a.shape == b.shape and a.dtype == b.dtype and torch.allclose(a, b, rtol=tol[0], atol=tol[1])
+
+
+def _expect_gradients(t: Tester, ranks: list[dict[str, Any]], world_size: int) -> None:
+    for rank, r in enumerate(ranks):
+        for step, (got, want) in enumerate(zip(r["grads"], r["truth_grads"])):
+            for name, value in got.items():
+                if _close(value, want[name]):
+                    continue
+                local = r["local"][step][name]
+                total = sum(q["local"][step][name] for q in ranks)
+                nudge = "average: all-reduce bucket.buffer() and divide by dist.get_world_size()"
+                if _close(value, local):
+                    nudge = ("each process kept its own gradient: the hook must all-reduce the buffer "
+                             "(dist.all_reduce(..., async_op=True)) and return that work's future")
+                elif _close(value, total):
+                    nudge = "that is the sum over the processes: divide by dist.get_world_size()"
+                elif world_size != 2 and _close(value, total / 2):
+                    nudge = f"divided by 2 on {world_size} processes: divide by dist.get_world_size()"
+                t.expect(False, what=f"{name}.grad on rank {rank} after pass {step + 1}",
+                         expected="the average of the processes' gradients", got="another value", nudge=nudge)
+
+
+def _expect_records(t: Tester, ranks: list[dict[str, Any]]) -> None:
+    for rank, r in enumerate(ranks):
+        got, want = r["state"], r["truth"]
+        t.expect(len(got) > 0, what=f"state on rank {rank}", expected=want, got=got,
+                 nudge="append to state, the list DDP passes to your hook (register_comm_hook(state, hook))")
+        t.expect(len(got) == len(want), what=f"how many records on rank {rank}", expected=len(want),
+                 got=len(got), nudge="one record per call: DDP calls the hook once per bucket, in every pass")
+        t.expect(sorted(got, key=repr) == sorted(want, key=repr), what=f"state on rank {rank}", expected=want,
+                 got=got, nudge="record (bucket.index(), bucket.buffer().numel()): the number of values "
+                                "in the bucket's flat buffer, not the number of gradients")
+
+
+@exercise.case("DDP on two processes, buckets of 500 bytes, two passes")
+def _(answer, t: Tester) -> None:
+    ranks = _run(answer, t, 2, torch.float32, passes=2)
+    _expect_gradients(t, ranks, 2)
+    _expect_records(t, ranks)
+
+
+@exercise.case("DDP on two processes, a float64 model, one pass")
+def _(answer, t: Tester) -> None:
+    ranks = _run(answer, t, 2, torch.float64, passes=1)
+    _expect_gradients(t, ranks, 2)
+    _expect_records(t, ranks)
+
+
+@exercise.case("DDP on three processes", hidden=True)
+def _(answer, t: Tester) -> None:
+    ranks = _run(answer, t, 3, torch.float32, passes=2)
+    _expect_gradients(t, ranks, 3)
+    _expect_records(t, ranks)
+
+
+# -- the wrong answers peculiar to this exercise (self-contained: the check sends their source) --
+
+@exercise.wrong("returns the buffer without an all-reduce", mentions="kept its own gradient")
+def no_allreduce(state, bucket):
+    state.append((bucket.index(), bucket.buffer().numel()))
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
+@exercise.wrong("returns the all-reduce's own future (its value is a list)", mentions="value is one tensor")
+def raw_future(state, bucket):
+    state.append((bucket.index(), bucket.buffer().numel()))
+    bucket.buffer().div_(dist.get_world_size())
+    return dist.all_reduce(bucket.buffer(), async_op=True).get_future()
+
+
+@exercise.wrong("sums, never divides", mentions="divide by dist.get_world_size()")
+def sums(state, bucket):
+    state.append((bucket.index(), bucket.buffer().numel()))
+    return dist.all_reduce(bucket.buffer(), async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+@exercise.wrong("divides by 2", mentions="dist.get_world_size()", hidden=True)
+def halves(state, bucket):
+    state.append((bucket.index(), bucket.buffer().numel()))
+    averaged = bucket.buffer() / 2
+    return dist.all_reduce(averaged, async_op=True).get_future().then(lambda fut: fut.value()[0])
+
+
+RECORDS: list = []
+
+
+@exercise.wrong("records into a list of its own", mentions="records to state")
+def own_list(state, bucket):
+    RECORDS.append((bucket.index(), bucket.buffer().numel()))
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+@exercise.wrong("records the number of gradients", mentions="not the number of gradients")
+def counts_gradients(state, bucket):
+    state.append((bucket.index(), len(bucket.gradients())))
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+@exercise.wrong("records its first call only", mentions="once per bucket, in every pass")
+def first_call_only(state, bucket):
+    if not state:
+        state.append((bucket.index(), bucket.buffer().numel()))
+    return default_hooks.allreduce_hook(None, bucket)
+
+
+@exercise.wrong("uses a name the processes do not have", mentions="import anything else")
+def uses_notebook_name(state, bucket):
+    state.append((bucket.index(), bucket.buffer().numel()))
+    return allreduce_hook(None, bucket)  # noqa: F821 - imported in the notebook, not in the processes
+
+
+exercise.wrong("a lambda", mentions="as a function")(
+    lambda state, bucket: default_hooks.allreduce_hook(None, bucket))
