@@ -187,6 +187,12 @@ def _encoder_fastpath_off_with_hooks() -> bool:
     return bool(fired)
 
 
+def _mha_fastpath_switch() -> bool:
+    import torch
+
+    return hasattr(getattr(torch.backends, "mha", None), "set_fastpath_enabled")
+
+
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="legacy-hook-future-warning",
@@ -332,6 +338,21 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "first released in 2.5.0; the check is absent from torch/nn/modules/transformer.py in the 2.1.2 "
                  "wheel and present in the 2.13.0 and 2.15.0 wheels; the probe was run on those three",
         probe=_encoder_fastpath_off_with_hooks,
+    ),
+    Claim(
+        id="mha-fastpath-switch",
+        kind="behaviour",
+        lessons=("10_transformer_hooks",),
+        where="the claim '`model.eval()` and `torch.no_grad()` do not change what hooks see' (turning the fast "
+              "path off for every layer)",
+        before="there is no switch for the fast path: a hook on a submodule, or gradients, keep a layer off it",
+        after="`torch.backends.mha.set_fastpath_enabled(False)` turns the fast path of `MultiheadAttention` and "
+              "the transformer layers off everywhere, so every submodule runs and its hooks fire",
+        since="2.3.0",
+        evidence="pytorch/pytorch#112212 ('Add config to disable TransformerEncoder/MHA fastpath', fixes #111070), "
+                 "merged 2024-01-02, after the release/2.2 branch cut; absent from the 2.1.2 wheel, present in the "
+                 "2.13.0 and 2.15.0 wheels",
+        probe=_mha_fastpath_switch,
     ),
 ]}
 
