@@ -26,7 +26,8 @@ def test_solution_passes_quickly_and_leaves_no_hooks(key):
     elapsed = time.perf_counter() - start
     assert report.passed, repr(report)
     assert repr(report).startswith("✔")
-    assert elapsed < 1.0, f"{key}: the check took {elapsed:.2f} s; keep checks well under a second"
+    budget = getattr(ex, "check_budget_s", 1.0)   # a check that starts processes says so
+    assert elapsed < budget, f"{key}: the check took {elapsed:.2f} s; keep checks well under {budget:g} s"
 
 
 @pytest.mark.parametrize("key", sorted(EXERCISES))

@@ -189,3 +189,21 @@ def test_every_teaching_cell_fits_on_a_laptop_screen(path):
             and len(c.source.splitlines()) > LAPTOP_SCREEN_LINES]
     assert not long, (f"{path.stem}: code cells longer than {LAPTOP_SCREEN_LINES} lines (cell, lines): {long}; "
                       "split them, or move checks that teach nothing to tests/ or a collapsed cell")
+
+
+LAPTOP_SCREEN_COLUMNS = 100
+# lessons written or revised since the rule: every code line fits a laptop's width (the older
+# lessons' teaching cells are being rewrapped; their answer cells already fit, test below)
+WIDTH_CHECKED_FROM = 8
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_code_lines_fit_a_laptop_width(path):
+    number = int(path.stem[:2])
+    cells = load(path).cells
+    wide = [(i, len(line)) for i, c in enumerate(cells) if c.cell_type == "code"
+            and (number >= WIDTH_CHECKED_FROM or "solution" in c.get("metadata", {}).get("tags", []))
+            for line in c.source.splitlines() if len(line) > LAPTOP_SCREEN_COLUMNS]
+    assert not wide, (f"{path.stem}: code lines wider than {LAPTOP_SCREEN_COLUMNS} characters (cell, width): "
+                      f"{wide}; wrap them (an answer cell: in its exercise file, then "
+                      "python -m hooktutor answers --write)")

@@ -33,7 +33,8 @@ def _observe_zeroed_grad_input() -> dict[str, str]:
 def predict_grads():
     """Return a dict: for each weight's .grad, 'zero', 'unchanged' or 'changed'."""
     ### BEGIN SOLUTION
-    return {"fc1.weight.grad": "zero", "fc2.weight.grad": "unchanged", "head.weight.grad": "unchanged"}
+    return {"fc1.weight.grad": "zero", "fc2.weight.grad": "unchanged",
+            "head.weight.grad": "unchanged"}
     ### END SOLUTION
 
 

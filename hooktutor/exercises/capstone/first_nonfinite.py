@@ -32,7 +32,8 @@ from ..core import Exercise, Tester
 
 
 def first_nonfinite(model, *inputs):
-    """The name of the first module whose output is not finite, or None; stops the forward pass there."""
+    """The name of the first module whose output is not finite, or None; stops the forward
+    pass there."""
     ### BEGIN SOLUTION
     class Found(Exception):
         pass
@@ -76,10 +77,10 @@ exercise = Exercise(
     ],
     solution=first_nonfinite,
     equivalent_mutants={
-        "grad-mode@17: with no_grad(...): -> <the body alone>": (
+        "grad-mode@18: with no_grad(...): -> <the body alone>": (
             "no_grad only keeps the forward from recording a graph (memory): the same modules run on the "
             "same values, so the same name is found"),
-        "number@20: 0 -> -1": "Found is raised with one argument: args[-1] is args[0]",
+        "number@21: 0 -> -1": "Found is raised with one argument: args[-1] is args[0]",
     },
     errors={"positional argument": (
         "first_nonfinite(model, *inputs) takes the model's inputs, however many: pass them all on, "

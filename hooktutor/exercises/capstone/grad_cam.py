@@ -40,7 +40,8 @@ def grad_cam(model, layer, x, target):
     saved = {}
 
     def keep(module, args, output):
-        saved["activation"] = output.detach().clone()   # any layer: a later in-place op may follow it
+        # any layer: a later in-place op may follow it
+        saved["activation"] = output.detach().clone()
         output.register_hook(lambda grad: saved.__setitem__("gradient", grad.detach()))
 
     found = [p.grad for p in model.parameters()]   # the caller's gradients, put back below
@@ -94,10 +95,10 @@ exercise = Exercise(
         "`with torch.enable_grad():`"),
     },
     equivalent_mutants={
-        "copy@8: .detach() -> <dropped>": (
+        "copy@9: .detach() -> <dropped>": (
             "the gradient a tensor hook receives in a backward without create_graph never requires "
             "grad: detach() changes nothing"),
-        "inplace@22: .relu( -> .relu_(": "the ReLU runs on a sum the function has just made: nobody else holds it",
+        "inplace@23: .relu( -> .relu_(": "the ReLU runs on a sum the function has just made: nobody else holds it",
         "keep-state@4: saved = {} (a fresh one per call) -> saved kept across calls": (
             "both hooks overwrite their key on every call (the layer runs once per forward) before "
             "anything reads it"),

@@ -28,7 +28,8 @@ def _observe_block_order() -> list[str]:
 
 
 def predict_order():
-    """Return the labels in firing order, one per hook call ('block pre-hook', 'conv1', 'relu', 'conv2', 'block')."""
+    """Return the labels in firing order, one per hook call
+    ('block pre-hook', 'conv1', 'relu', 'conv2', 'block')."""
     ### BEGIN SOLUTION
     return [
         "block pre-hook",

@@ -31,7 +31,8 @@ from ._shared import CallerHooks
 
 
 class Recorder:
-    """with Recorder(model, names) as rec: model(x)  ->  rec.outputs[name]: a copy of each call's output."""
+    """with Recorder(model, names) as rec: model(x)
+    ->  rec.outputs[name]: a copy of each call's output."""
 
     def __init__(self, model, names):
         self.model, self.names = model, list(names)
@@ -77,10 +78,10 @@ exercise = Exercise(
         "model.named_children() (or model[i]) lists only the top-level children; a layer inside a "
         "child has a dotted name such as 'encoder.body.0', and model.get_submodule(name) finds it")},
     equivalent_mutants={
-        "drop@22: self.handles.clear() -> <dropped>": (
+        "drop@23: self.handles.clear() -> <dropped>": (
             "removing a removed handle does nothing: a recorder entered again adds its new handles and "
             "removes them all on leaving, so the hooks on the model are the same at every moment"),
-        "early-return@22: __exit__: before `self.handles.clear()` -> return None": (
+        "early-return@23: __exit__: before `self.handles.clear()` -> return None": (
             "returns None instead of False after removing every handle: both let the error through, and "
             "the handles kept are already removed (removing them again does nothing)"),
     },

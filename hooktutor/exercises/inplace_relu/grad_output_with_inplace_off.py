@@ -41,7 +41,8 @@ def grad_output_with_inplace_off(model, x, y, name):
     for m in was_inplace:
         m.inplace = False
     handle = model.get_submodule(name).register_full_backward_hook(
-        lambda module, grad_input, grad_output: seen.__setitem__("grad", grad_output[0].detach().clone()))
+        lambda module, grad_input, grad_output: seen.__setitem__("grad",
+                                                                 grad_output[0].detach().clone()))
     try:
         logits = model(x)
         F.cross_entropy(logits, y).backward()
@@ -73,13 +74,13 @@ exercise = Exercise(
         "view that a full backward hook puts on the layer's output: switch off every module whose inplace "
         "is True, whatever its class (LeakyReLU, Hardtanh, Dropout... not only nn.ReLU)")},
     equivalent_mutants={
-        "copy@9: .clone() -> <dropped>": (
+        "copy@10: .clone() -> <dropped>": (
             "grad_output[0] is a tensor autograd makes for this backward and never writes into again while "
             "someone holds it (it checks before accumulating in place)"),
-        "copy@9: .clone() -> .detach()": (
+        "copy@10: .clone() -> .detach()": (
             "grad_output[0] is a tensor autograd makes for this backward and never writes into again while "
             "someone holds it (it checks before accumulating in place)"),
-        "copy@9: .detach() -> <dropped>": (
+        "copy@10: .detach() -> <dropped>": (
             "in a backward without create_graph grad_output holds no graph: detach() changes nothing"),
         "keep-state@5: seen = {} (a fresh one per call) -> seen kept across calls": (
             "the full backward hook fires in every run the task admits (the layer's output reaches the "

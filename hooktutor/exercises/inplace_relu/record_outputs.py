@@ -29,7 +29,8 @@ from ._shared import reference
 
 
 def record_outputs(model, x, names):
-    """Run model(x) once; return {name: output of that layer} that later in-place ops cannot change."""
+    """Run model(x) once; return {name: output of that layer} that later in-place ops
+    cannot change."""
     ### BEGIN SOLUTION
     recorded, handles = {}, []
     try:

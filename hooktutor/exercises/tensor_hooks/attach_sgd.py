@@ -46,7 +46,8 @@ def attach_sgd(model, lr):
             param.add_(param.grad, alpha=-lr)
         param.grad = None
 
-    return [p.register_post_accumulate_grad_hook(sgd_step) for p in model.parameters() if p.requires_grad]
+    trained = [p for p in model.parameters() if p.requires_grad]
+    return [p.register_post_accumulate_grad_hook(sgd_step) for p in trained]
     ### END SOLUTION
 
 

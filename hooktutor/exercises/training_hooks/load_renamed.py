@@ -42,14 +42,18 @@ def load_renamed(model, state_dict, renames):
     """Load an old checkpoint into model, renaming layers old -> new with a load pre-hook."""
     ### BEGIN SOLUTION
     def rename(module, state_dict, prefix, *args):
-        # take every key out first: a new name may be another layer's old name ({"0": "1", "1": "2"})
+        # take every key out first: a new name may be another layer's old name
+        # ({"0": "1", "1": "2"})
         old = [(key, state_dict.pop(key)) for key in list(state_dict)]
         for key, value in old:
             parts = [renames.get(part, part) for part in key.split(".")]
             state_dict[".".join(parts)] = value
 
     register = getattr(model, "register_load_state_dict_pre_hook", None)  # torch >= 2.5
-    handle = register(rename) if register else model._register_load_state_dict_pre_hook(rename, with_module=True)
+    if register:
+        handle = register(rename)
+    else:
+        handle = model._register_load_state_dict_pre_hook(rename, with_module=True)
     try:
         return model.load_state_dict(state_dict)
     finally:
@@ -78,7 +82,7 @@ exercise = Exercise(
     ],
     solution=load_renamed,
     equivalent_mutants={
-        "logic@12: True -> False": "the fallback for torch < 2.5 (the private registration) never runs on "
+        "logic@16: True -> False": "the fallback for torch < 2.5 (the private registration) never runs on "
                                    "the torch these tests run on, which has the public method",
     },
     guide="""renaming in a load *post*-hook (the model has already read the old keys); returning a

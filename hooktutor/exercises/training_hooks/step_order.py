@@ -43,8 +43,8 @@ def _observe_step_order() -> list[str]:
 
 
 def predict_step_order():
-    """The five labels in firing order: post-accumulate-grad hook, global step pre-hook, step pre-hook,
-    step post-hook, global step post-hook."""
+    """The five labels in firing order: post-accumulate-grad hook, global step pre-hook,
+    step pre-hook, step post-hook, global step post-hook."""
     ### BEGIN SOLUTION
     return ["post-accumulate-grad hook", "global step pre-hook", "step pre-hook", "step post-hook",
             "global step post-hook"]

@@ -48,7 +48,8 @@ def watch_updates(optimizer, named_params):
             update = (p.detach() - before[name]).norm()
             log[name].append((update / before[name].norm()).item())
 
-    return log, [optimizer.register_step_pre_hook(snapshot), optimizer.register_step_post_hook(ratio)]
+    handles = [optimizer.register_step_pre_hook(snapshot), optimizer.register_step_post_hook(ratio)]
+    return log, handles
     ### END SOLUTION
 
 
