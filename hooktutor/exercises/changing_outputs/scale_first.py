@@ -38,7 +38,7 @@ exercise = Exercise(
     task=("write scale_first(factor) that returns a forward pre-hook which multiplies the first "
           "positional argument of the module by factor and passes every other argument through "
           "unchanged (there may be one, two, three or more), without modifying the caller's tensors, on "
-          "every call of the module; the first argument may be a tensor of any dtype or a plain number, "
+          "every call of the module; the first argument may be a tensor of any floating dtype or a plain number, "
           "and factor may be 0; gradients still flow back through the scaled argument"),
     hints=[
         "A forward pre-hook is hook(module, args); args is the tuple of positional arguments, and "
