@@ -49,8 +49,10 @@ exercise = Prediction(
         "loss": "scale_grad changes only what flows backward; the forward pass, and so the loss, is the same.",
         "features.0": "features.0 comes before features.4: the gradient reaching it is computed from "
                       "features.4's doubled gradient, so it doubles.",
-        "features.4": "the bar of features.4 is the gradient with respect to its own output, which "
-                      "the hook has doubled.",
+        "features.4": "the bar of features.4 is the gradient with respect to its own output as the "
+                      "panel's recorder reads it: its tensor hook sits after the scaling hook (registered "
+                      "later), so it reads the doubled gradient; a hook registered before the scaling "
+                      "one would read the original.",
         "features.5": "features.5 comes after features.4: backward reaches it before the hook, so it "
                       "keeps its gradient.",
         "classifier": "the classifier comes after features.4: its gradient was computed before the hook ran.",
