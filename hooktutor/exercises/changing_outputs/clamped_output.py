@@ -155,6 +155,16 @@ def _(answer, t: Tester) -> None:
                    nudge="hook the layer you were given, wherever it sits, and return the model's output")
 
 
+@exercise.case("the model runs once (a nested model in train mode)", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(kit.Nested(seed=22), "a nested model in train mode")
+    with kit.HookWitness({"encoder": model.encoder}) as seen, kit.LeftAsFound(t, model):
+        answer(model, kit.randn(2, 4, seed=22), model.encoder.body[0], 0.1)
+    t.expect(seen.calls["encoder"] == 1, what="how often clamped_output ran the model", expected=1,
+             got=seen.calls["encoder"], nudge="run model(x) exactly once: a second run is a second forward, "
+                                              "which a model with state (BatchNorm) and the caller's hooks notice")
+
+
 @exercise.case("a model that raises halfway through its forward: the hook must still go")
 def _(answer, t: Tester) -> None:
     kit.expect_clean_after_raise(t, answer, 0.0, seed=20)
@@ -253,3 +263,9 @@ exercise.wrong("returns model(x).detach()", mentions="no .detach()")(_clamper(ru
 exercise.wrong("runs model.forward(x)", mentions="skips them", hidden=True)(_clamper(run="forward"))
 exercise.wrong("switches the model to eval()", mentions="as you found it")(_clamper(eval_mode=True))
 exercise.wrong("clamps with a 0/1 mask", mentions="nan")(_clamper(hook="mask"))
+
+
+@exercise.wrong("runs the model twice (a plain run first)", mentions="exactly once", hidden=True)
+def _runs_twice(model, x, layer, max_value):
+    model(x)
+    return _clamper()(model, x, layer, max_value)
