@@ -1,4 +1,6 @@
-"""10_transformer_hooks, exercise: run a model once and cache a copy of what the named modules output.
+"""10_transformer_hooks, exercise: run a model once and cache a copy of what the named modules output,
+a step beyond the lesson's demo: a module that returns a tuple (``nn.MultiheadAttention``) is
+cached as its first element, and a module that never runs (``self_attn.out_proj``) is left out.
 
 Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
@@ -16,6 +18,10 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - left_as_found: switches the model to ``eval()`` (or ``train()``) and leaves it so;
 - dtype: the residual model runs in float64.
 
+- technique (beyond the demo): ``output.detach()`` on a tuple (the hook raises); the whole tuple
+  cached, or its second element (``None`` for the weights); a ``None`` entry, or the module's
+  weight, for a module that never ran.
+
 Not used: twice (which call of a module called twice the cache holds is not what the task asks).
 """
 
@@ -29,7 +35,7 @@ from torch import nn
 from ...data import first_token
 from .. import kit
 from ..core import Exercise, Tester, learners_hooks
-from ._shared import _outputs, _tiny
+from ._shared import _tiny
 
 
 def run_with_cache(model, tokens, names):
@@ -39,7 +45,8 @@ def run_with_cache(model, tokens, names):
 
     def keep(name):
         def hook(module, args, output):
-            cache[name] = output.detach().clone()
+            first = output[0] if isinstance(output, tuple) else output  # nn.MultiheadAttention: a tuple
+            cache[name] = first.detach().clone()
         return hook
 
     handles = [model.get_submodule(name).register_forward_hook(keep(name)) for name in names]
@@ -66,19 +73,24 @@ _NESTED = ("a dotted name is a module inside a module: look it up with model.get
 exercise = Exercise(
     "transformer_hooks.run_with_cache", "Cache every block's output",
     task=("write run_with_cache(model, tokens, names) that runs model(tokens) once with a forward hook on each "
-          "module named in `names` (dotted names such as 'blocks.0'; each of them returns a tensor), keeps a "
-          "detached copy of each one's output in a dict name -> tensor, removes every hook (also when the "
-          "model raises) and returns (logits, cache)"),
+          "module named in `names` (dotted names such as 'blocks.0'), keeps a detached copy of each one's "
+          "output in a dict name -> tensor (for a module that returns a tuple, as nn.MultiheadAttention does, "
+          "its first element; a module that does not run during model(tokens) gets no entry), removes every "
+          "hook (also when the model raises) and returns (logits, cache)"),
     hints=[
         "model.get_submodule('blocks.0') finds a module by its dotted name, at any depth.",
         "Make one hook per name with a function that takes the name and returns the hook (a lambda in a "
         "loop would see only the last name): def keep(name): def hook(module, args, output): ...",
         "Store output.detach().clone(): detach() alone shares memory with the output, which a later in-place "
         "op (ReLU(inplace=True), +=) overwrites. Remove the handles in a finally: around model(tokens).",
+        "A tuple output: take output[0] first (isinstance(output, tuple)). A module that never runs never "
+        "calls its hook, so nothing needs doing for it: do not fill the cache in advance.",
     ],
     solution=run_with_cache,
     answer_name="run_with_cache",
-    errors={"encoder.body.0": _NESTED, "blocks.0": _NESTED},
+    errors={"encoder.body.0": _NESTED, "blocks.0": _NESTED,
+            "'tuple' object has no attribute": "nn.MultiheadAttention returns a tuple (attn_output, attn_weights): "
+                                               "cache output[0] when isinstance(output, tuple)"},
     guide="""storing `output.detach()` without a copy (the in-place ReLU after the layer overwrites it);
     looking modules up with `getattr(model, name)` or `named_children()` (dotted names are
     nested: `model.get_submodule(name)`); a lambda in a loop (every hook stores under the
@@ -86,16 +98,37 @@ exercise = Exercise(
     *pre*-hooks (the inputs); `clone()` without `detach()` (the cache keeps the autograd
     graph alive); switching the model to `eval()` and leaving it so; one cache dict kept
     outside and emptied at each call (the clean run's cache becomes the corrupted run's);
-    running the model twice, once to cache and once for the logits.""",
+    running the model twice, once to cache and once for the logits; beyond the demo: calling
+    `.detach()` on `self_attn`'s tuple, caching the tuple or its `None` weights, and a `None`
+    entry for `out_proj`, which never runs.""",
 )
 
 
 _ROOT = "<the model>"   # the witness's name for the model itself (no module path has angle brackets)
 
 
+def _expected(model: nn.Module, tokens: torch.Tensor, names: list[str]) -> tuple[torch.Tensor, dict]:
+    """The check's own run: the logits, and a copy of each named module's output (a tuple's first
+    element) for the modules that ran."""
+    kept: dict[str, torch.Tensor] = {}
+
+    def keep(name):
+        def hook(module, args, output):
+            kept[name] = (output[0] if isinstance(output, tuple) else output).detach().clone()
+        return hook
+
+    handles = [model.get_submodule(n).register_forward_hook(keep(n)) for n in names]
+    try:
+        logits = model(tokens).detach()
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, kept
+
+
 def _cache_case(answer: Callable, t: Tester, model: nn.Module, tokens: torch.Tensor, names: list[str],
                 what: str, after: Callable[[], None] | None = None) -> dict:
-    want_logits, want = _outputs(model, tokens, names)
+    want_logits, want = _expected(model, tokens, names)
     t.track(model)
     with kit.HookWitness([*((n, model.get_submodule(n)) for n in names), (_ROOT, model)]) as witness:
         logits, cache = _pair(answer(model, tokens, list(names)), t, what)
@@ -106,13 +139,19 @@ def _cache_case(answer: Callable, t: Tester, model: nn.Module, tokens: torch.Ten
                  "run the model once, with the hooks attached, and return the logits of that run: the cache must "
                  "belong to the logits (a model with dropout or state gives other activations in another run)"))
     t.expect_type(cache, dict, what="the cache", nudge="a dict name -> tensor")
-    t.expect(sorted(cache) == sorted(names), what="the names in the cache", expected=sorted(names),
+    never_ran = sorted(set(names) - set(want))
+    t.expect(not set(never_ran) & set(cache), what="the names in the cache", expected=sorted(want),
+             got=sorted(cache), nudge=(f"{', '.join(never_ran)} never ran during model(tokens), so it has no output: "
+                                       "leave it out of the cache (its hook is never called; fill nothing in advance)"))
+    t.expect(sorted(cache) == sorted(want), what="the names in the cache", expected=sorted(want),
              got=sorted(cache), nudge="one entry per name asked for, under that exact (dotted) name")
-    for name in names:
+    for name in want:
         t.expect(witness.fired(name, "forward") >= 1, what=f"a forward hook on {name} while the model ran",
                  expected="one of yours", got="none", nudge=(
                      "record the outputs with forward hooks on the modules (module.register_forward_hook) during "
                      "one call of model(tokens)"))
+        t.expect_type(cache[name], torch.Tensor, what=f"cache[{name!r}]", nudge=(
+            "a tensor: for a module that returns a tuple (nn.MultiheadAttention), its first element, output[0]"))
         t.expect_close(cache[name], want[name], what=f"cache[{name!r}]", nudge=(
             f"cache[{name!r}] should be what {name} output during model(tokens): a copy, "
             "output.detach().clone(), taken in a forward hook"))
@@ -161,6 +200,15 @@ def _(answer, t: Tester) -> None:
         "try: around model(tokens)"))
 
 
+@exercise.case("a TinyTransformer: blocks.0.self_attn (a tuple), blocks.1, and blocks.0.self_attn.out_proj "
+               "(never called)")
+def _(answer, t: Tester) -> None:
+    model = _tiny(9)
+    tokens, _ = first_token(4, seed=9)
+    _cache_case(answer, t, model, tokens, ["blocks.0.self_attn", "blocks.1", "blocks.0.self_attn.out_proj"],
+                "run_with_cache(model, tokens, ['blocks.0.self_attn', 'blocks.1', 'blocks.0.self_attn.out_proj'])")
+
+
 @exercise.case("the cached tensors hold no autograd graph (a cache kept for long must not hold it)",
                      hidden=True)
 def _(answer, t: Tester) -> None:
@@ -184,6 +232,10 @@ def _(answer, t: Tester) -> None:
              what="the first call's cache after the second call", expected=sorted(kept), got=sorted(first), nudge=(
                  "each call returns a cache of its own: make the dict inside run_with_cache. One dict kept outside "
                  "is emptied or overwritten by the next call, so a clean run's cache becomes the corrupted run's"))
+
+
+def _first(output):
+    return output[0] if isinstance(output, tuple) else output
 
 
 def _hooked(model, tokens, names, store):
@@ -254,7 +306,7 @@ def _cache_pre_hooks(model, tokens, names):
 @exercise.wrong("clone() without detach()", mentions="detach() the copy", hidden=True)
 def _cache_no_detach(model, tokens, names):
     cache = {}
-    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.clone()))
+    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, _first(o).clone()))
     return logits, cache
 
 
@@ -262,7 +314,7 @@ def _cache_no_detach(model, tokens, names):
 def _cache_eval(model, tokens, names):
     model.eval()
     cache = {}
-    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.detach().clone()))
+    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, _first(o).detach().clone()))
     return logits, cache
 
 
@@ -272,7 +324,8 @@ _ONE_CACHE: dict = {}
 @exercise.wrong("one cache dict kept outside, emptied at each call", mentions="a cache of its own", hidden=True)
 def _cache_shared(model, tokens, names):
     _ONE_CACHE.clear()
-    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: _ONE_CACHE.__setitem__(n, o.detach().clone()))
+    logits = _hooked(model, tokens, names,
+                     lambda n: lambda m, a, o: _ONE_CACHE.__setitem__(n, _first(o).detach().clone()))
     return logits, _ONE_CACHE
 
 
@@ -281,3 +334,35 @@ def _cache_two_runs(model, tokens, names):
     cache = {}
     _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.detach().clone()))
     return model(tokens), cache
+
+
+@exercise.wrong("calls output.detach() on a tuple", mentions="cache output[0]")
+def _cache_tuple_detach(model, tokens, names):
+    cache = {}
+    logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.detach().clone()))
+    return logits, cache
+
+
+@exercise.wrong("caches the whole tuple", mentions="its first element")
+def _cache_whole_tuple(model, tokens, names):
+    cache = {}
+
+    def store(n):
+        def hook(m, a, o):
+            cache[n] = tuple(x.detach().clone() if isinstance(x, torch.Tensor) else x for x in o) \
+                if isinstance(o, tuple) else o.detach().clone()
+        return hook
+
+    return _hooked(model, tokens, names, store), cache
+
+
+@exercise.wrong("fills the cache in advance (None for a module that never runs)", mentions="never ran")
+def _cache_prefilled(model, tokens, names):
+    cache = dict.fromkeys(names)
+
+    def store(n):
+        def hook(m, a, o):
+            cache[n] = (o[0] if isinstance(o, tuple) else o).detach().clone()
+        return hook
+
+    return _hooked(model, tokens, names, store), cache
