@@ -45,7 +45,8 @@ def run_with_cache(model, tokens, names):
 
     def keep(name):
         def hook(module, args, output):
-            first = output[0] if isinstance(output, tuple) else output  # nn.MultiheadAttention: a tuple
+            # nn.MultiheadAttention returns a tuple: its first element is the output
+            first = output[0] if isinstance(output, tuple) else output
             cache[name] = first.detach().clone()
         return hook
 
