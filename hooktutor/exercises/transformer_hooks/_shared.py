@@ -15,10 +15,16 @@ def _tiny(seed: int) -> TinyTransformer:
 
 
 def _outputs(model: nn.Module, tokens: torch.Tensor, names: list[str]) -> tuple[torch.Tensor, dict]:
-    """The check's own run: the logits and a copy of each named module's output."""
+    """The check's own run: the logits and a copy of each named module's output (of a tuple, its
+    first element), for the modules that ran."""
     kept: dict[str, torch.Tensor] = {}
-    handles = [model.get_submodule(n).register_forward_hook(
-        lambda m, a, o, n=n: kept.__setitem__(n, o.detach().clone())) for n in names]
+
+    def keep(name: str) -> Callable:
+        def hook(module, args, output):
+            kept[name] = (output[0] if isinstance(output, tuple) else output).detach().clone()
+        return hook
+
+    handles = [model.get_submodule(n).register_forward_hook(keep(n)) for n in names]
     try:
         logits = model(tokens).detach()
     finally:
@@ -32,14 +38,13 @@ def _with_hook(model: nn.Module, tokens: torch.Tensor, module: nn.Module, hook: 
         return model(tokens).detach()
 
 
-def _hook_run(model, tokens, module, hook):
-    handle = module.register_forward_hook(hook)
+def _hook_run(model, tokens, module, hook, *, pre: bool = False):
+    """model(tokens) with ``hook`` on ``module`` (a forward pre-hook when ``pre``), removed after."""
+    handle = module.register_forward_pre_hook(hook) if pre else module.register_forward_hook(hook)
     try:
         return model(tokens)
     finally:
         handle.remove()
-
-
 
 
 class _DropoutSkip(nn.Module):

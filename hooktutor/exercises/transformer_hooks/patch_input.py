@@ -263,17 +263,9 @@ def _(answer, t: Tester) -> None:
     _patch_check(answer, t, model, kit.randn(2, 5, 4, seed=18), kit.randn(2, 5, 4, seed=19), "inner", position=2)
 
 
-def _pre_run(model, tokens, module, hook):
-    handle = module.register_forward_pre_hook(hook)
-    try:
-        return model(tokens)
-    finally:
-        handle.remove()
-
-
 @exercise.wrong("patches every position", mentions="every position was patched")
 def _patch_all(model, tokens, module, position, clean_input):
-    return _pre_run(model, tokens, module, lambda m, args: (clean_input.clone(), *args[1:]))
+    return _hook_run(model, tokens, module, lambda m, args: (clean_input.clone(), *args[1:]), pre=True)
 
 
 @exercise.wrong("rebinds `args` in the pre-hook and returns nothing", mentions="return the new tuple")
@@ -282,7 +274,7 @@ def _patch_rebind(model, tokens, module, position, clean_input):
         patched = args[0].clone()
         patched[:, position] = clean_input[:, position]
         args = (patched, *args[1:])  # noqa: F841 - the mistake: a local name, nothing returned
-    return _pre_run(model, tokens, module, patch)
+    return _hook_run(model, tokens, module, patch, pre=True)
 
 
 @exercise.wrong("patches dimension 0, the batch", mentions="dimension 0 is the batch")
@@ -291,7 +283,7 @@ def _patch_batch(model, tokens, module, position, clean_input):
         patched = args[0].clone()
         patched[position] = clean_input[position]
         return (patched, *args[1:])
-    return _pre_run(model, tokens, module, patch)
+    return _hook_run(model, tokens, module, patch, pre=True)
 
 
 @exercise.wrong("patches the module's output with a forward hook (the demo's technique)",
@@ -325,14 +317,14 @@ def _patch_slice(model, tokens, module, position, clean_input):
         patched = args[0].clone()
         patched[:, position:position + 1] = clean_input[:, position:position + 1]
         return (patched, *args[1:])
-    return _pre_run(model, tokens, module, patch)
+    return _hook_run(model, tokens, module, patch, pre=True)
 
 
 @exercise.wrong("writes into the module's input in place", mentions="in place", hidden=True)
 def _patch_in_place(model, tokens, module, position, clean_input):
     def patch(mod, args):
         args[0][:, position] = clean_input[:, position]
-    return _pre_run(model, tokens, module, patch)
+    return _hook_run(model, tokens, module, patch, pre=True)
 
 
 @exercise.wrong("patches a detached copy: no gradient reaches the earlier layers", mentions="not a detach()",
@@ -342,7 +334,7 @@ def _patch_detached(model, tokens, module, position, clean_input):
         patched = args[0].detach().clone()
         patched[:, position] = clean_input[:, position]
         return (patched, *args[1:])
-    return _pre_run(model, tokens, module, patch)
+    return _hook_run(model, tokens, module, patch, pre=True)
 
 
 @exercise.wrong("switches the model to eval() and leaves it so", mentions="as you found it", hidden=True)
@@ -353,4 +345,4 @@ def _patch_eval_left(model, tokens, module, position, clean_input):
         patched = args[0].clone()
         patched[:, position] = clean_input[:, position]
         return (patched, *args[1:])
-    return _pre_run(model, tokens, module, patch)
+    return _hook_run(model, tokens, module, patch, pre=True)

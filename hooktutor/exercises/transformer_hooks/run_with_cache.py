@@ -35,7 +35,7 @@ from torch import nn
 from ...data import first_token
 from .. import kit
 from ..core import Exercise, Tester, learners_hooks
-from ._shared import _tiny
+from ._shared import _outputs, _tiny
 
 
 def run_with_cache(model, tokens, names):
@@ -108,28 +108,9 @@ exercise = Exercise(
 _ROOT = "<the model>"   # the witness's name for the model itself (no module path has angle brackets)
 
 
-def _expected(model: nn.Module, tokens: torch.Tensor, names: list[str]) -> tuple[torch.Tensor, dict]:
-    """The check's own run: the logits, and a copy of each named module's output (a tuple's first
-    element) for the modules that ran."""
-    kept: dict[str, torch.Tensor] = {}
-
-    def keep(name):
-        def hook(module, args, output):
-            kept[name] = (output[0] if isinstance(output, tuple) else output).detach().clone()
-        return hook
-
-    handles = [model.get_submodule(n).register_forward_hook(keep(n)) for n in names]
-    try:
-        logits = model(tokens).detach()
-    finally:
-        for h in handles:
-            h.remove()
-    return logits, kept
-
-
 def _cache_case(answer: Callable, t: Tester, model: nn.Module, tokens: torch.Tensor, names: list[str],
                 what: str, after: Callable[[], None] | None = None) -> dict:
-    want_logits, want = _expected(model, tokens, names)
+    want_logits, want = _outputs(model, tokens, names)
     t.track(model)
     with kit.HookWitness([*((n, model.get_submodule(n)) for n in names), (_ROOT, model)]) as witness:
         logits, cache = _pair(answer(model, tokens, list(names)), t, what)
