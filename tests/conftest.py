@@ -21,3 +21,24 @@ def _no_global_hook_leaks():
     if leaked:
         remove_global_hooks(only=leaked)
         pytest.fail(f"the test left {len(leaked)} global module hook(s) registered")
+
+
+def run_in_a_process_of_its_own(code: str, timeout: float = 300) -> str:
+    """Run ``code`` in a new Python at the repository's root; fail with its stderr if it fails;
+    return its stdout. For tests that call ``torch.compile``: on torch 2.1 the first compile
+    wraps every optimizer's ``step`` so that its step hooks never fire again in that process,
+    which would fail the optimizer-hook tests that run after it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.fixture
+def in_a_process_of_its_own():
+    """``run_in_a_process_of_its_own``, for a test that compiles."""
+    return run_in_a_process_of_its_own

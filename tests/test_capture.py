@@ -339,17 +339,9 @@ if said:
 """
 
 
-def test_capture_on_a_compiled_model_says_when_the_compiled_code_skipped_its_hooks():
+def test_capture_on_a_compiled_model_says_when_the_compiled_code_skipped_its_hooks(in_a_process_of_its_own):
     """Hooks added after a compiled model's first call do not run inside the compiled code:
     capture() warns instead of handing back a recording with holes and no word.
 
-    In a process of its own: on torch 2.1 a first torch.compile wraps every optimizer's step so
-    that its step hooks never fire again in that process (checked), which would fail the
-    optimizer-hook exercises run after this test."""
-    import os
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-c", _COMPILED_CAPTURE], capture_output=True, text=True,
-                          timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    assert done.returncode == 0, done.stderr[-3000:]
+    In a process of its own (tests/conftest.py): it compiles."""
+    in_a_process_of_its_own(_COMPILED_CAPTURE)

@@ -78,14 +78,20 @@ def test_list_hooks_refuses_other_objects_and_says_an_optimizer_works_too():
         ht.list_hooks([nn.Linear(1, 1)])
 
 
-def test_layer_names_resolve_without_the_prefix_of_torch_compile():
+def test_layer_names_resolve_without_the_prefix_of_torch_compile(in_a_process_of_its_own):
     """torch.compile(model) names the layers `_orig_mod.<name>`; like DDP's `module.`, the
-    toolkit accepts the names without it (nothing is compiled: the model is never called)."""
-    from hooktutor.selection import wrapper_prefix
+    toolkit accepts the names without it (nothing is compiled: the model is never called). In a
+    process of its own: it calls torch.compile (tests/conftest.py)."""
+    in_a_process_of_its_own("""
+import torch
+from torch import nn
+import hooktutor as ht
+from hooktutor.selection import wrapper_prefix
 
-    model = ht.models.MLP(seed=0)
-    compiled = torch.compile(model, backend="eager")
-    assert wrapper_prefix(compiled) == "_orig_mod." and wrapper_prefix(model) == ""
-    assert ht.get_layer(compiled, "fc1") is model.fc1 is ht.get_layer(compiled, "_orig_mod.fc1")
-    with model.fc1.register_forward_hook(lambda m, a, o: None):
-        assert len(ht.list_hooks(compiled).where(path="fc1")) == 1
+model = ht.models.MLP(seed=0)
+compiled = torch.compile(model, backend="eager")
+assert wrapper_prefix(compiled) == "_orig_mod." and wrapper_prefix(model) == ""
+assert ht.get_layer(compiled, "fc1") is model.fc1 is ht.get_layer(compiled, "_orig_mod.fc1")
+with model.fc1.register_forward_hook(lambda m, a, o: None):
+    assert len(ht.list_hooks(compiled).where(path="fc1")) == 1
+""")

@@ -25,8 +25,16 @@ def course_module():
     return module
 
 
+COMPILING_PROBES = {"compile-skips-late-hook"}   # run in a process of their own (tests/conftest.py)
+
+
 @pytest.mark.parametrize("claim_id", list(claims.CLAIMS))
-def test_each_probe_agrees_with_the_registry_on_this_torch(claim_id):
+def test_each_probe_agrees_with_the_registry_on_this_torch(claim_id, in_a_process_of_its_own):
+    if claim_id in COMPILING_PROBES:
+        out = in_a_process_of_its_own(
+            f"from hooktutor.course import claims; print(claims.check({claim_id!r}) == claims.expected({claim_id!r}))")
+        assert out.strip().splitlines()[-1] == "True"
+        return
     assert claims.check(claim_id) == claims.expected(claim_id)
 
 
