@@ -84,8 +84,10 @@ exercise = Exercise(
     defined in the notebook (the check runs the hook's source in new processes).""",
 )
 
-# three DDP runs of two or three processes each: about 0.3 s on a quiet laptop, more under load
+# three DDP runs of two or three processes each: about 0.3 s on a quiet laptop, more under load,
+# and more on torch 2.1, whose processes import torch._dynamo for DDP (a second or two each)
 exercise.check_budget_s = 3.0
+exercise.time_limit = 30.0   # per case; each run of the processes stops after 10 s (below)
 
 _NAMESPACE_NOTE = ("the check runs your function's source in new processes, which have only torch, dist "
                    "(torch.distributed) and default_hooks: import anything else inside the function, and "
@@ -197,11 +199,17 @@ def _run(answer: Callable, t: Tester, world_size: int, dtype: torch.dtype, passe
         t.expect(False, what="your answer", expected="a function defined with def", got=answer, nudge=str(exc))
     name = getattr(answer, "__name__", "counting_allreduce")
     try:
-        ranks = distributed.run(ddp_worker, world_size, timeout=60, source=source, name=name, dtype=dtype,
-                                passes=passes, bucket_cap_mb=0.0005)
+        try:
+            ranks = distributed.run(ddp_worker, world_size, timeout=10, source=source, name=name, dtype=dtype,
+                                    passes=passes, bucket_cap_mb=0.0005)
+        except TimeoutError:
+            # once more: on torch 2.1 about one forked run in twenty hangs before the hook runs (measured
+            # here: 4 checks of 25, never on the pinned torch); a hook that hangs hangs again
+            ranks = distributed.run(ddp_worker, world_size, timeout=10, source=source, name=name, dtype=dtype,
+                                    passes=passes, bucket_cap_mb=0.0005)
     except Exception as exc:  # a process that died or hung: a hook that all-reduces on some ranks only
         t.expect(False, what=f"DDP on {world_size} processes", expected="a run that ends",
-                 got=str(exc).strip().splitlines()[-1][:300],
+                 got=(str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300],
                  nudge="every process must call the same collectives in the same order")
     raised = ranks[0].get("raised")
     if raised is not None and raised[0] == "NameError":
