@@ -111,11 +111,11 @@ def _sgd_problem(seed: int, model: nn.Module | None = None, dtype: torch.dtype |
     return model, x, y
 
 
-def _attach(answer, t: Tester, model: nn.Module):
-    """``answer(model, 0.1)``, with the model left as found, and what it returned checked: the
+def _attach(answer, t: Tester, model: nn.Module, lr: float = 0.1):
+    """``answer(model, lr)``, with the model left as found, and what it returned checked: the
     handles, one hook per trainable parameter."""
     with kit.LeftAsFound(t, model):
-        handles = answer(model, 0.1)
+        handles = answer(model, lr)
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     t.expect_type(handles, (list, tuple), what="what attach_sgd returned", nudge=(
         "return the list of handles, [p.register_post_accumulate_grad_hook(step) for p in ...], so "
@@ -142,14 +142,14 @@ def _attach(answer, t: Tester, model: nn.Module):
 
 def _run_sgd_case(answer, t: Tester, *, seed: int, steps: int, nudge: str, freeze: tuple[str, ...] = (),
                   model: nn.Module | None = None, dtype: torch.dtype | None = None,
-                  create_graph: bool = False) -> None:
+                  create_graph: bool = False, lr: float = 0.1) -> None:
     model, x, y = _sgd_problem(seed, model, dtype)
     kit.freeze(model, *freeze)
     t.track(model, "the model")
-    expected = _sgd_reference(model, x, y, 0.1, steps)
+    expected = _sgd_reference(model, x, y, lr, steps)
     handles = None
     try:
-        handles, trainable = _attach(answer, t, model)
+        handles, trainable = _attach(answer, t, model, lr)
         with kit.GradWitness(trainable) as grads, warnings.catch_warnings():
             warnings.simplefilter("ignore")   # create_graph=True warns of a reference cycle that p.grad = None breaks
             for _ in range(steps):
@@ -223,10 +223,11 @@ def _(answer, t: Tester) -> None:
                   nudge="a frozen parameter must not move; the others take one step")
 
 
-@exercise.case("a nested model (a Sequential inside a module inside the model)")
+@exercise.case("a nested model (a Sequential inside a module inside the model), lr 0.05")
 def _(answer, t: Tester) -> None:
-    _run_sgd_case(answer, t, seed=8, steps=1, model=kit.Nested(seed=8),
-                  nudge="every parameter, also those of nested modules, takes one step")
+    _run_sgd_case(answer, t, seed=8, steps=1, model=kit.Nested(seed=8), lr=0.05,
+                  nudge="every parameter, also those of nested modules, takes one step of the lr given "
+                        "(0.05 here): p - lr * p.grad")
 
 
 @exercise.case("a weight shared by two layers (tied weights) takes one step per backward", hidden=True)
@@ -350,3 +351,15 @@ def _tensor_hook(model, lr):
                 p.add_(grad, alpha=-lr)
         return step
     return [p.register_hook(make(p)) for p in model.parameters() if p.requires_grad]
+
+
+lr = 0.1   # what a notebook cell above the answer defines
+
+
+@exercise.wrong("uses the notebook's lr, not its argument", mentions="the lr given")
+def _global_lr(model, learning_rate):
+    def step(param):
+        with torch.no_grad():
+            param.add_(param.grad, alpha=-lr)
+        param.grad = None
+    return [p.register_post_accumulate_grad_hook(step) for p in model.parameters() if p.requires_grad]
