@@ -57,7 +57,8 @@ exercise = Exercise(
           "(batch, position, ...) with sequence position `position` (dimension 1) replaced by "
           "clean_input[:, position], what the same module read in another run; every other position and "
           "argument, and the caller's tensor itself, stay as they are (a skip connection may use it again). "
-          "Remove the hook (also when the model raises) and return the logits"),
+          "Remove the hook (also when the model raises) and return the logits, which must still backpropagate "
+          "to the layers before the module (no detach(), no torch.no_grad())"),
     hints=[
         "A forward pre-hook, module.register_forward_pre_hook(hook), calls hook(module, args) before the "
         "module runs; returning a tuple replaces its positional arguments (lesson 03).",
@@ -218,6 +219,9 @@ def _(answer, t: Tester) -> None:
                   nudge="return the logits of the patched run")
     t.expect_close(logits, want.detach(), what="the logits, model[1]'s input patched at position 1",
                    nudge="replace position 1 (dimension 1) only, in a copy of args[0] that the pre-hook returns")
+    t.expect(logits.requires_grad, what="the logits' autograd graph", expected="kept", got="none", nudge=(
+        "return the logits of model(tokens) as they are: no detach() and no torch.no_grad(), so that the "
+        "caller can backpropagate through the patched run"))
     try:
         logits.sum().backward()
     except RuntimeError as e:

@@ -55,7 +55,8 @@ _TUPLE = ("this module returns a tuple (nn.MultiheadAttention returns (attn_outp
 exercise = Exercise(
     "transformer_hooks.steer", "Add a steering vector",
     task=("write steer(model, tokens, module, vector) that runs model(tokens) with a forward hook on `module` "
-          "that returns its output plus `vector` at every position, as a new tensor (never edit the output in place: "
+          "that returns its output plus `vector` (shape (width,), added along the last dimension, whatever the other "
+          "dimensions are: at every position), as a new tensor (never edit the output in place: "
           "it may be a tensor the model uses again); when the module returns a tuple (as "
           "nn.MultiheadAttention does), add it to the first element and return a tuple with the rest unchanged. "
           "Remove the hook (also when the model raises) and return the logits"),
