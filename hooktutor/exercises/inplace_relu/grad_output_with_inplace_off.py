@@ -59,7 +59,9 @@ exercise = Exercise(
     task=("write grad_output_with_inplace_off(model, x, y, name) that returns grad_output[0] of a "
           "full backward hook on layer `name` for the loss F.cross_entropy(model(x), y); switch "
           "in-place off for this one run and afterwards put every inplace flag back exactly as it "
-          "was (also when the run fails); remove the hook"),
+          "was (also when the run fails); remove the hook. "
+          "Run the backward with loss.backward(), as a training step would: the parameters' .grad "
+          "add it up (do not zero or restore them)"),
     hints=[
         "Remember which modules are in-place before you change anything: "
         "[m for m in model.modules() if getattr(m, 'inplace', False) is True].",

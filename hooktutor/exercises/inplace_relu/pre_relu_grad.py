@@ -51,7 +51,9 @@ exercise = Exercise(
     task=("write pre_relu_grad(model, x, y, name) that returns the gradient of "
           "F.cross_entropy(model(x), y) w.r.t. the output of layer `name`, where an in-place ReLU "
           "follows that layer; use a tensor hook, leave the model's in-place ReLUs as they are "
-          "(also while it runs), and remove every hook, also when the model raises"),
+          "(also while it runs), and remove every hook, also when the model raises. "
+          "Run the backward with loss.backward(), as a training step would: the parameters' .grad "
+          "add it up (do not zero or restore them)"),
     hints=[
         "In a forward hook on model.get_submodule(name), call output.register_hook(fn): fn receives "
         "the gradient w.r.t. that output during backward.",
