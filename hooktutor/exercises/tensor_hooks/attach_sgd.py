@@ -282,15 +282,18 @@ def _leaf_modules(model):
 
 
 def _sgd(*, params=lambda model: list(model.parameters()), trainable_only=True, unfreeze=False, clear=True,
-         no_grad=True, returns="handles", remember=False):
+         no_grad=True, returns="handles", remember=False, fixed_lr=None):
     """One factory for the near-copy wrong answers: which parameters get a hook (``params``, then
     only those that require grad unless ``trainable_only`` is False, or after unfreezing them all),
     whether the hook sets ``p.grad = None`` (``clear``) and steps under no_grad, what comes back
     ("handles", "params", "generator", "nothing"), and whether it keeps, across calls, a set of
-    the parameters it hooked already (``remember``)."""
+    the parameters it hooked already (``remember``); ``fixed_lr``: a learning rate of its own
+    (a notebook's global ``lr = 0.1``) instead of its argument."""
     hooked = {}   # id -> weak reference (a dead parameter's id may come back for another one)
 
     def answer(model, lr):
+        lr = lr if fixed_lr is None else fixed_lr
+
         def step(p):
             if no_grad:
                 with torch.no_grad():
@@ -330,6 +333,7 @@ exercise.wrong("does not return the handles", mentions="list of handles")(_sgd(r
 exercise.wrong("walks the leaf modules only", mentions="a module that has children")(_sgd(params=_leaf_modules))
 exercise.wrong("updates without torch.no_grad()", mentions="grad mode on", hidden=True)(_sgd(no_grad=False))
 exercise.wrong("remembers the parameters it hooked, across calls", mentions="keep no record")(_sgd(remember=True))
+exercise.wrong("uses the notebook's lr = 0.1, not its argument", mentions="the lr given")(_sgd(fixed_lr=0.1))
 
 
 @exercise.wrong("filters the parameters by name, with a precedence slip", mentions="requires_grad")
@@ -351,15 +355,3 @@ def _tensor_hook(model, lr):
                 p.add_(grad, alpha=-lr)
         return step
     return [p.register_hook(make(p)) for p in model.parameters() if p.requires_grad]
-
-
-lr = 0.1   # what a notebook cell above the answer defines
-
-
-@exercise.wrong("uses the notebook's lr, not its argument", mentions="the lr given")
-def _global_lr(model, learning_rate):
-    def step(param):
-        with torch.no_grad():
-            param.add_(param.grad, alpha=-lr)
-        param.grad = None
-    return [p.register_post_accumulate_grad_hook(step) for p in model.parameters() if p.requires_grad]
