@@ -71,7 +71,9 @@ exercise = Exercise(
           "of `model` (each runs once in the forward, and no in-place op follows it), runs "
           "model(x).sum().backward() and returns a "
           "dict: the Linear's name -> the norm (a float) of the gradient with respect to that layer's "
-          "output. Every hook must be removed afterwards, also when the model raises"),
+          "output. Every hook must be removed afterwards, also when the model raises. The backward is that "
+          "of a training step: the parameters' .grad add it up (do not zero or restore them), and x is "
+          "left as given (it might not require grad)"),
     hints=[
         "Walk model.named_modules(), keep the nn.Linear ones, and attach "
         "module.register_full_backward_hook(hook) to each; keep every handle in a list.",
