@@ -144,8 +144,13 @@ def _bytes_case(answer: Callable, t: Tester, build: Callable[[], nn.Module], x: 
     reached: list[int] = []  # tensors that reached the check's own pack hook: the answer's was not active
     first: dict = {}
     for run in range(runs):
-        with saved_tensors_hooks(lambda tensor: reached.append(1) or tensor, lambda tensor: tensor):
+        with saved_tensors_hooks(lambda tensor: reached.append(1) or tensor, lambda tensor: tensor), \
+                kit.HookWitness({"<the model>": model}) as witness:
             got = answer(model, x)
+        t.expect(witness.calls["<the model>"] <= 1, what="how often your answer ran the model", expected=1,
+                 got=witness.calls["<the model>"], nudge=(
+                     "run model(x) once: a second run (a warm-up under no_grad) is a second forward, which a "
+                     "model with state (BatchNorm) notices"))
         t.expect_type(got, dict, what=what, nudge="a dict: module path -> bytes")
         if run:
             _same_again(t, got, first, what)
@@ -390,3 +395,10 @@ exercise.wrong("counts the bytes of each saved tensor's whole storage", mentions
 @exercise.wrong("starts every module at 0 bytes", mentions="leave out the modules that saved nothing")
 def _zero_entries(model, x):
     return {**{name: 0 for name, _ in model.named_modules()}, **_count_with(model, x, list(model.named_modules()))}
+
+
+@exercise.wrong("runs the model twice (a warm-up under no_grad first)", mentions="run model(x) once")
+def _warm_up_first(model, x):
+    with torch.no_grad():
+        model(x)
+    return saved_bytes(model, x)
