@@ -229,6 +229,16 @@ def _(answer, t: Tester) -> None:
         "`block.fc` is fine: hook every module of model.named_modules(), containers too, not only the leaves"))
 
 
+@exercise.case("the model itself takes the log (its children's outputs are finite): the answer is ''",
+               hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_LogBlock(), "a model whose own forward takes a log")
+    got = answer(model, kit.randn(4, 3, seed=18))
+    t.expect(got == "", what="first_nonfinite(model, x)", expected="''", got=repr(got), nudge=(
+        "the model's own forward takes the log, so its output is the first that is not finite: hook the "
+        "model itself too (model.named_modules() lists it first, under the name '')"))
+
+
 class _TwoInputs(nn.Module):
     """``log(fc(a) * b)``: a model of two inputs."""
 
@@ -414,3 +424,25 @@ exercise.wrong("switches the model to eval() and leaves it there", mentions="lea
 @exercise.wrong("takes one input: first_nonfinite(model, x)", mentions="model(*inputs)")
 def _one_input(model, x):
     return _stopper()(model, x)
+
+
+@exercise.wrong("hooks every module but the model itself", mentions="hook the model itself too", hidden=True)
+def _skips_root(model, *inputs):
+    class Found(Exception):
+        pass
+
+    def make(name):
+        def hook(module, args, output):
+            if isinstance(output, torch.Tensor) and not torch.isfinite(output).all():
+                raise Found(name)
+        return hook
+
+    handles = [m.register_forward_hook(make(n)) for n, m in list(model.named_modules())[1:]]
+    try:
+        model(*inputs)
+    except Found as found:
+        return found.args[0]
+    finally:
+        for h in handles:
+            h.remove()
+    return None
