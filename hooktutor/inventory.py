@@ -393,8 +393,10 @@ def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: boo
     Lists forward pre-hooks, forward hooks (with their ``with_kwargs`` / ``always_call``
     flags), backward pre-hooks, backward hooks (full or legacy), state-dict hooks
     (``state_dict_pre``, ``state_dict``, ``load_state_dict_pre``, ``load_state_dict_post``),
-    hooks on parameters (``Tensor.register_hook`` and post-accumulate-grad hooks) and, unless
-    ``include_global=False``, the global module hooks that fire for every module.
+    hooks on parameters (``Tensor.register_hook`` and post-accumulate-grad hooks; a parameter
+    shared by two modules, such as tied embedding weights, is listed once, under its first
+    name) and, unless ``include_global=False``, the global module hooks that fire for every
+    module.
 
     The owner column tells your hooks (``you``: your functions, lambdas, partials, and the
     hooks of hooktutor's helpers such as ``capture``) from those PyTorch installed and the
@@ -409,11 +411,14 @@ def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: boo
         return HookTable(_optimizer_rows(module, include_global), type(module).__name__)
     _check_module(module, "list_hooks")
     rows: list[HookRow] = []
+    seen: set[int] = set()  # a tied parameter (one tensor in two modules) is listed once
     for name, mod in module.named_modules(remove_duplicate=True):
         path = name or ROOT
         rows.extend(_module_rows(path, mod))
         for pname, param in mod.named_parameters(recurse=False):
-            rows.extend(_tensor_rows(f"{name}.{pname}" if name else pname, param))
+            if id(param) not in seen:
+                seen.add(id(param))
+                rows.extend(_tensor_rows(f"{name}.{pname}" if name else pname, param))
     if include_global:
         rows.extend(_global_rows())
     return HookTable(rows, type(module).__name__, wrapper_prefix(module))

@@ -156,6 +156,19 @@ def test_shared_module_listed_once():
     ht.remove_hooks(net)
 
 
+def test_a_tied_parameter_is_listed_once_and_removed_cleanly():
+    emb, head = nn.Embedding(5, 3), nn.Linear(3, 5, bias=False)
+    head.weight = emb.weight  # tied, as in a language model
+    net = nn.Sequential(emb, head)
+    fired = []
+    emb.weight.register_hook(lambda g: fired.append(1))
+    rows = ht.list_hooks(net, include_global=False)
+    assert [(r.path, r.kind) for r in rows] == [("0.weight", "tensor")]
+    assert ht.remove_hooks(net) == 1
+    net(torch.tensor([1, 2])).sum().backward()
+    assert fired == [] and len(ht.list_hooks(net, include_global=False)) == 0
+
+
 def test_remove_row_removes_only_that_hook():
     model = MLP(seed=0)
     keep = model.fc1.register_forward_hook(noop)
