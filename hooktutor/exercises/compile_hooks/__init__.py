@@ -1,5 +1,6 @@
 """Exercises of ``11_compile_and_export.ipynb``, one file each (in the order the lesson asks for them)."""
 
 from .hook_compiled import exercise as hook_compiled
+from .with_intermediates import exercise as with_intermediates
 
-__all__ = ["hook_compiled"]
+__all__ = ["hook_compiled", "with_intermediates"]
