@@ -28,10 +28,10 @@ from ._shared import compiling, mlp
 
 
 def hook_compiled(compiled, layer, hook):
-    """Attach `hook` as a forward hook of `layer` so that `compiled(...)` runs it; return the handle."""
+    """Attach `hook` to `layer` so that `compiled(...)` runs it; return the handle."""
     ### BEGIN SOLUTION
     handle = layer.register_forward_hook(hook)
-    torch._dynamo.reset()  # forget the code compiled without the hook: the next call compiles again
+    torch._dynamo.reset()  # forget the code compiled without the hook: the next call traces again
     return handle
     ### END SOLUTION
 

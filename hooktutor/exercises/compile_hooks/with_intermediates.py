@@ -26,7 +26,7 @@ from ._shared import mlp
 
 
 def with_intermediates(model, names):
-    """A torch.fx.GraphModule gm: gm(x) returns (model(x), {name: a copy of that layer's output})."""
+    """A torch.fx.GraphModule gm: gm(x) returns (model(x), {name: a copy of that output})."""
     ### BEGIN SOLUTION
     gm = torch.fx.symbolic_trace(model)
     graph = gm.graph
@@ -34,7 +34,7 @@ def with_intermediates(model, names):
     for node in list(graph.nodes):
         if node.op == "call_module" and node.target in names:
             with graph.inserting_after(node):
-                kept[node.target] = graph.call_method("clone", (node,))  # before anything edits it in place
+                kept[node.target] = graph.call_method("clone", (node,))  # before any in-place op
     output = next(node for node in graph.nodes if node.op == "output")
     output.args = ((output.args[0], kept),)
     gm.recompile()
