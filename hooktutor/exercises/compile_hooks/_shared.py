@@ -36,6 +36,29 @@ def compiling() -> Iterator[None]:
         torch.distributions.Distribution._validate_args = validate
 
 
+@contextlib.contextmanager
+def recompile_limit(n: int) -> Iterator[None]:
+    """Dynamo's limit of compiled versions per function set to ``n`` in the block (the setting is
+    ``recompile_limit`` on recent torches, ``cache_size_limit`` on older ones), and the warning it
+    logs when the limit is hit kept off the screen."""
+    import logging
+
+    import torch._dynamo
+
+    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    loggers = [lg for key, lg in logging.root.manager.loggerDict.items()
+               if key.startswith("torch") and isinstance(lg, logging.Logger) and lg.handlers]
+    saved = [(lg, lg.handlers) for lg in loggers]
+    for lg in loggers:
+        lg.handlers = [logging.NullHandler()]
+    try:
+        with torch._dynamo.config.patch(**{name: n}):
+            yield
+    finally:
+        for lg, handlers in saved:
+            lg.handlers = handlers
+
+
 class GraphCounter:
     """A ``torch.compile`` backend that counts the graphs it is given and runs each as it is."""
 

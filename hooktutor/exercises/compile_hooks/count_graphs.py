@@ -6,8 +6,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - technique: returns the number of calls; counts the graphs of one call only
   (``torch._dynamo.explain``), which misses the recompiles of later calls; compiles with the
   default backend (code generation: slow, and not what is asked);
-- repeat: keeps what was compiled before (no ``torch._dynamo.reset()`` first): the check's own
-  count of the same model ran just before;
+- repeat: keeps what was compiled before (no ``torch._dynamo.reset()`` first): a model that was
+  compiled and called before, near Dynamo's limit of compiled versions per function, falls back
+  to running uncompiled halfway through the answer's calls;
 - calls=0: calls the model once "to compile it", then ``calls - 1`` more times;
 - twice: a graph break in the forward gives two graphs per compile, not one;
 - the hook the caller attached (a list append) makes every call compile again: the answer
@@ -16,6 +17,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch._dynamo
 from torch import nn
@@ -23,7 +26,7 @@ from torch import nn
 from ...models import seeded
 from .. import kit
 from ..core import Exercise, Tester
-from ._shared import GraphCounter, compiling, mlp
+from ._shared import GraphCounter, compiling, mlp, recompile_limit
 
 
 def count_graphs(model, x, calls):
@@ -62,7 +65,9 @@ exercise = Exercise(
     guide="""returning the number of calls; counting the graphs of one call with
     `torch._dynamo.explain` (a hook that appends to a list compiles again on every call);
     calling the model once "to compile it" and then `calls - 1` more times (wrong for
-    `calls=0`); compiling with the default backend (slow, and counts nothing).""",
+    `calls=0`); no `torch._dynamo.reset()` first (a model compiled before shares Dynamo's
+    limit of compiled versions, and falls back to uncompiled calls); compiling with the
+    default backend (slow, and counts nothing).""",
 )
 exercise.check_budget_s = 5.0   # a check that compiles: about ten compiles (0.05-0.2 s each, more under load)
 exercise.time_limit = 10.0      # per case: a first compile on a busy machine can pass the usual 2 s
@@ -93,11 +98,14 @@ def _truth(model: nn.Module, x: torch.Tensor, calls: int) -> int:
     return counter.graphs
 
 
-def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = False) -> None:
+def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = False, cached: bool = False) -> None:
     """``answer`` on a model from ``build`` (with a list-appending forward hook on its first layer
     when ``hook``); the count must be what a counting
     backend sees on the installed torch (computed now, by the check's own counter), and with the
-    hook the model must have been called ``calls`` times."""
+    hook the model must have been called ``calls`` times. ``cached``: the check compiles and calls
+    the model twice itself before the answer runs, with Dynamo's limit of compiled versions per
+    function set to 3: an answer that does not reset first reuses that budget, hits the limit and
+    counts too few graphs."""
     with compiling():
         fired: list = []
         model = build()
@@ -108,11 +116,19 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
             if hook:
                 t.expect(fired == [1] * calls, what="(the check's own run)", expected=calls, got=len(fired),
                          nudge="")
-            fired.clear()
+            limit = recompile_limit(3) if cached else contextlib.nullcontext()
+            with limit:
+                if cached:
+                    torch._dynamo.reset()
+                    earlier = torch.compile(model, backend=GraphCounter())
+                    with torch.no_grad():
+                        earlier(x)
+                        earlier(x)
+                fired.clear()
+                with torch.no_grad():
+                    got = answer(model, x, calls)
             # (no HookWitness on the model: its counting pre-hook would be compiled in, and a hook
             # that counts in Python makes every call compile again)
-            with torch.no_grad():
-                got = answer(model, x, calls)
             what = "count_graphs(model, x, calls)"
             t.expect_type(got, int, what=what, nudge="return the number of graphs, an int")
             if hook:
@@ -127,19 +143,24 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
             torch._dynamo.reset()
 
 
-@exercise.case("an MLP called 3 times, no hook")
+@exercise.case("an MLP called twice, no hook")
 def _(answer, t: Tester) -> None:
-    _run(answer, t, lambda: mlp(50), kit.randn(2, 4, seed=50), 3)
+    _run(answer, t, lambda: mlp(50), kit.randn(2, 4, seed=50), 2)
 
 
-@exercise.case("an MLP whose first layer has a hook that appends to a list, called 3 times")
+@exercise.case("an MLP whose first layer has a hook that appends to a list, called twice")
 def _(answer, t: Tester) -> None:
-    _run(answer, t, lambda: mlp(51), kit.randn(2, 4, seed=51), 3, hook=True)
+    _run(answer, t, lambda: mlp(51), kit.randn(2, 4, seed=51), 2, hook=True)
 
 
 @exercise.case("a model with a graph break in its forward, called twice")
 def _(answer, t: Tester) -> None:
     _run(answer, t, lambda: _Breaks(52), kit.randn(3, 4, seed=52), 2)
+
+
+@exercise.case("a model compiled and called twice before, near Dynamo's recompile limit", hidden=True)
+def _(answer, t: Tester) -> None:
+    _run(answer, t, lambda: mlp(54), kit.randn(2, 4, seed=54), 2, hook=True, cached=True)
 
 
 @exercise.case("no call at all (calls=0), a model with a graph break", hidden=True)
@@ -182,3 +203,8 @@ def _first_call_apart(model, x, calls):
     for _ in range(calls - 1):
         compiled(x)
     return counter.graphs
+
+
+@exercise.wrong("does not reset first", mentions="torch._dynamo.reset()", hidden=True)
+def _no_reset(model, x, calls):
+    return _counting(model, x, calls, reset=False)
