@@ -225,8 +225,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="compile-skips-late-hook",
         kind="behaviour",
-        lessons=("02_forward_hooks",),
-        where="section 10, 'A hook added after compiling may silently not fire'",
+        lessons=("02_forward_hooks", "11_compile_and_export"),
+        where="02 section 10 (the warning, one cell); 11: the prediction, section 1 (late hooks, removal and "
+              "replacement), section 4 (capture on a compiled model), 'Try it live' and the claims",
         before="a forward hook added after the first compiled call, on a built-in layer that had no hook, "
                "fires: the compiled graph calls the layer as a module (`call_module`), hooks included",
         after="the compiled graph inlines built-in layers (`F.linear`, ...), so that late hook does not fire "

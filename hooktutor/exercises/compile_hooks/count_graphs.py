@@ -143,7 +143,7 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
             torch._dynamo.reset()
 
 
-@exercise.case("an MLP called twice, no hook")
+@exercise.case("an MLP called twice, no hook (one graph)")
 def _(answer, t: Tester) -> None:
     _run(answer, t, lambda: mlp(50), kit.randn(2, 4, seed=50), 2)
 
