@@ -3,7 +3,8 @@ backend of your own (how to see recompiles and graph breaks without reading logs
 
 Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
-- technique: returns the number of calls; counts the graphs of one call only
+- technique: returns the number of calls; counts the graphs the last call compiled; counts the
+  graphs of one call only
   (``torch._dynamo.explain``), which misses the recompiles of later calls; compiles with the
   default backend (code generation: slow, and not what is asked);
 - repeat: keeps what was compiled before (no ``torch._dynamo.reset()`` first): a model that was
@@ -62,7 +63,8 @@ exercise = Exercise(
         "torch.compile(model, backend=your_backend) and the calls.",
     ],
     solution=count_graphs,
-    guide="""returning the number of calls; counting the graphs of one call with
+    guide="""returning the number of calls; counting what the last call compiled (0 once
+    the code is compiled); counting the graphs of one call with
     `torch._dynamo.explain` (a hook that appends to a list compiles again on every call);
     calling the model once "to compile it" and then `calls - 1` more times (wrong for
     `calls=0`); no `torch._dynamo.reset()` first (a model compiled before shares Dynamo's
@@ -191,6 +193,18 @@ def _explain(model, x, calls):
     for _ in range(calls - 1):
         model(x)
     return count
+
+
+@exercise.wrong("counts the graphs of the last call only", mentions="over all the calls")
+def _last_call(model, x, calls):
+    counter = GraphCounter()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=counter)
+    before = 0
+    for _ in range(calls):
+        before = counter.graphs
+        compiled(x)
+    return counter.graphs - before
 
 
 @exercise.wrong("calls the compiled model once to compile it, then calls - 1 more times", mentions="count every graph",
