@@ -187,6 +187,15 @@ def _encoder_fastpath_off_with_hooks() -> bool:
     return bool(fired)
 
 
+def _compiler_is_compiling() -> bool:
+    import torch
+
+    is_compiling = getattr(torch.compiler, "is_compiling", None)
+    if is_compiling is None:
+        return False
+    return is_compiling() is False   # outside a trace
+
+
 def _mha_fastpath_switch() -> bool:
     import torch
 
@@ -237,6 +246,23 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "variable) up to the 2.4.1 wheel and to True from the 2.5.0 wheel on; the probe was run on "
                  "2.4.1 (fires) and 2.5.1 (does not fire)",
         probe=_compile_skips_late_hook,
+    ),
+    Claim(
+        id="compiler-is-compiling",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 3 (a hook that does its debugging part only outside a trace, with `is_compiling()`)",
+        before="`torch.compiler` has no `is_compiling`; the private `torch._dynamo.is_compiling()` says whether "
+               "Dynamo is tracing",
+        after="`torch.compiler.is_compiling()` is public: True while `torch.compile` or `torch.export` traces, "
+              "False in eager code",
+        since="2.3.0",
+        evidence="the `__all__` of torch/compiler/__init__.py in the 2.2 documentation's module source lists compile, "
+                 "assume_constant_result, reset, allow_in_graph, list_backends, disable and "
+                 "cudagraph_mark_step_begin, no is_compiling; the 2.3 API reference (torch.compiler_api.rst) "
+                 "lists is_compiling and is_dynamo_compiling; present in the 2.13.0 wheel (the 2.1.2 and 2.15.0 "
+                 "wheels were not available to the author: run python3 course.py compat)",
+        probe=_compiler_is_compiling,
     ),
     Claim(
         id="error-names-forward-op",
