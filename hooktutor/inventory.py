@@ -172,6 +172,17 @@ def _is_torch_module(name: object) -> bool:
     return isinstance(name, str) and (name == "torch" or name.startswith("torch."))
 
 
+# Where torch's operators live: a hook that *is* one of them (``torch.nan_to_num``, a
+# ``functools.partial(torch.clamp, ...)``, ``F.relu``) is your choice of function, never a hook
+# that torch installed for a mechanism of its own.
+_OPERATOR_MODULES = frozenset({"torch", "torch.functional", "torch.nn.functional", "torch.special",
+                               "torch.linalg", "torch.fft", "torch._tensor", "torch._ops"})
+
+
+def _is_operator(defining: object, module_name: str | None) -> bool:
+    return isinstance(defining, types.BuiltinFunctionType) or module_name in _OPERATOR_MODULES
+
+
 def hook_owner(hook: object) -> tuple[str, str]:
     """``(owner, mechanism)`` of a hook object: who installed it, and how.
 
@@ -181,7 +192,8 @@ def hook_owner(hook: object) -> tuple[str, str]:
     or ``pytorch (torch.some.module)``. An instance of your own subclass of a pruning method
     (``torch.nn.utils.prune.BasePruningMethod``) counts as ``prune`` too: torch's pruning
     installed it and the model needs it. Anything else (your functions, lambdas, hooktutor's
-    helpers) is ``("user", "")``. It fills the owner column of :func:`list_hooks`, taught in
+    helpers, and torch's own operators used as hooks, such as ``torch.nan_to_num`` or
+    ``functools.partial(torch.clamp, min=-1, max=1)``) is ``("user", "")``. It fills the owner column of :func:`list_hooks`, taught in
     ``00_start_here.ipynb``.
     """
     defining, self_cls = _unwrap(hook)
@@ -194,7 +206,7 @@ def hook_owner(hook: object) -> tuple[str, str]:
     module_name = getattr(defining, "__module__", None)
     if module_name is None and self_cls is not None:
         module_name = self_cls.__module__
-    if not _is_torch_module(module_name):
+    if not _is_torch_module(module_name) or _is_operator(defining, module_name):
         return USER, ""
     if self_cls is not None and issubclass(self_cls, LazyModuleMixin):
         return PYTORCH, "lazy module"

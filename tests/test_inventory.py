@@ -169,6 +169,17 @@ def test_a_tied_parameter_is_listed_once_and_removed_cleanly():
     assert fired == [] and len(ht.list_hooks(net, include_global=False)) == 0
 
 
+def test_torch_operators_used_as_hooks_are_the_users():
+    model = MLP(seed=0)
+    model.fc1.weight.register_hook(functools.partial(torch.clamp, min=-0.01, max=0.01))
+    model.fc2.weight.register_hook(torch.nan_to_num)
+    model.fc1.register_forward_hook(lambda m, a, o: None)
+    model.head.register_forward_pre_hook(functools.partial(nn.functional.relu))
+    rows = ht.list_hooks(model, include_global=False)
+    assert [r.owner_label for r in rows] == ["you"] * 4
+    assert ht.remove_hooks(model) == 4 and len(ht.list_hooks(model, include_global=False)) == 0
+
+
 def test_remove_row_removes_only_that_hook():
     model = MLP(seed=0)
     keep = model.fc1.register_forward_hook(noop)
@@ -318,11 +329,11 @@ def test_user_and_pytorch_hooks_on_one_module_only_the_users_go():
 def test_backward_flag_stays_while_a_pytorch_backward_hook_remains():
     lin = nn.Linear(2, 2)
     lin.register_full_backward_hook(noop)
-    lin.register_full_backward_hook(nn.functional.relu)  # any function defined in torch counts as PyTorch's
+    lin.register_full_backward_hook(torch.utils.hooks.warn_if_has_hooks)  # stands for a hook torch installs
     removed = ht.remove_hooks(lin)
     assert removed == 1
     assert repr(removed).startswith("removed 1 hook; left 1 that PyTorch installed and the model needs "
-                                    "(pytorch (torch.nn.functional): 1 on <root>)")
+                                    "(pytorch (torch.utils.hooks): 1 on <root>)")
     assert lin._is_full_backward_hook is True
     with pytest.raises(RuntimeError, match="Cannot use both regular backward hooks and full backward hooks"):
         lin.register_backward_hook(noop)
@@ -335,7 +346,7 @@ def test_owner_column_for_user_lambdas_functions_partials_and_capture():
     model.fc1.register_forward_hook(lambda m, a, o: None)
     model.fc2.register_forward_hook(noop)
     model.head.register_forward_hook(functools.partial(noop, "tag"))
-    model.act1.register_forward_hook(functools.partial(nn.functional.relu))  # a partial of torch's
+    model.act1.register_forward_hook(functools.partial(torch.utils.hooks.warn_if_has_hooks))  # torch's
     with ht.capture(model, ["act2"]):
         table = ht.list_hooks(model)
         rows = {(r.path, r.owner, r.mechanism, r.owner_label) for r in table}
@@ -344,12 +355,12 @@ def test_owner_column_for_user_lambdas_functions_partials_and_capture():
             ("fc2", "user", "", "you"),
             ("head", "user", "", "you"),
             ("act2", "user", "", "you"),
-            ("act1", "pytorch", "pytorch (torch.nn.functional)", "pytorch (torch.nn.functional)"),
+            ("act1", "pytorch", "pytorch (torch.utils.hooks)", "pytorch (torch.utils.hooks)"),
         }
         lines = repr(table).splitlines()
         assert lines[1].split() == ["module", "kind", "function", "owner", "flags"]
         assert "<th>owner</th>" in table._repr_html_() and "<td>you</td>" in table._repr_html_()
-        assert "<td>pytorch (torch.nn.functional)</td>" in table._repr_html_()
+        assert "<td>pytorch (torch.utils.hooks)</td>" in table._repr_html_()
     ht.remove_hooks(model, include_pytorch=True)
 
 
