@@ -190,13 +190,21 @@ class Tester:
         if got.shape != expected.shape:
             raise Mismatch(what, expected, got, f"the shape is {tuple(got.shape)} but should be "
                                                 f"{tuple(expected.shape)}. {nudge}")
-        if torch.allclose(got.detach().float(), expected.float(), atol=atol, rtol=rtol):
+        if _close(got, expected, atol, rtol):
             return
         for value, special in (wrong or {}).values():
-            if isinstance(value, torch.Tensor) and value.shape == got.shape and \
-                    torch.allclose(got.detach().float(), value.float(), atol=atol, rtol=rtol):
+            if isinstance(value, torch.Tensor) and value.shape == got.shape and _close(got, value, atol, rtol):
                 raise Mismatch(what, expected, got, special)
         raise Mismatch(what, expected, got, nudge)
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> bool:
+    """allclose in the wider of the two dtypes (float32 at least): a float64 case's tight
+    tolerance must not be lost to a comparison in float32."""
+    common = torch.promote_types(got.dtype, expected.dtype)
+    if not common.is_floating_point or torch.finfo(common).bits < 32:
+        common = torch.float32
+    return torch.allclose(got.detach().to(common), expected.detach().to(common), atol=atol, rtol=rtol)
 
 
 @dataclass

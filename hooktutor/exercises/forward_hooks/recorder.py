@@ -302,7 +302,7 @@ class _EvalInside(Recorder):
         return super().__exit__(*exc)
 
 
-exercise.wrong("keeps a float32 copy", mentions="dtype included", hidden=True)(
+exercise.wrong("keeps a float32 copy", mentions="lost its dtype", hidden=True)(
     _recorder(keep=lambda output: output.detach().clone().float()))
 
 
