@@ -61,19 +61,24 @@ MODULE_FLAG_DICTS: tuple[str, ...] = (
     "_forward_hooks_with_kwargs",
     "_forward_hooks_always_called",
 )
-# Private dicts on a tensor (a parameter): Tensor.register_hook and
-# Tensor.register_post_accumulate_grad_hook.
+# Private dicts on a tensor (a parameter, or a buffer that requires grad): Tensor.register_hook
+# and Tensor.register_post_accumulate_grad_hook.
 TENSOR_HOOK_DICTS: tuple[tuple[str, str], ...] = (
     ("_backward_hooks", "tensor"),
     ("_post_accumulate_grad_hooks", "post_accumulate"),
 )
 # Module-level dicts in torch.nn.modules.module for the global hooks
-# (register_module_forward_hook and friends).
+# (register_module_forward_hook and friends), and the global registration hooks, which fire
+# when any module registers a buffer, a parameter or a submodule
+# (register_module_buffer_registration_hook and friends).
 GLOBAL_HOOK_DICTS: tuple[tuple[str, str], ...] = (
     ("_global_forward_pre_hooks", "forward_pre"),
     ("_global_forward_hooks", "forward"),
     ("_global_backward_pre_hooks", "backward_pre"),
     ("_global_backward_hooks", "backward"),
+    ("_global_module_registration_hooks", "module_registration"),
+    ("_global_parameter_registration_hooks", "parameter_registration"),
+    ("_global_buffer_registration_hooks", "buffer_registration"),
 )
 GLOBAL_FLAG_DICTS: tuple[str, ...] = (
     "_global_forward_hooks_with_kwargs",
@@ -193,8 +198,8 @@ def hook_owner(hook: object) -> tuple[str, str]:
     (``torch.nn.utils.prune.BasePruningMethod``) counts as ``prune`` too: torch's pruning
     installed it and the model needs it. Anything else (your functions, lambdas, hooktutor's
     helpers, and torch's own operators used as hooks, such as ``torch.nan_to_num`` or
-    ``functools.partial(torch.clamp, min=-1, max=1)``) is ``("user", "")``. It fills the owner column of :func:`list_hooks`, taught in
-    ``00_start_here.ipynb``.
+    ``functools.partial(torch.clamp, min=-1, max=1)``) is ``("user", "")``. It fills the owner
+    column of :func:`list_hooks`, taught in ``00_start_here.ipynb``.
     """
     defining, self_cls = _unwrap(hook)
     if isinstance(defining, type):
@@ -405,10 +410,14 @@ def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: boo
     Lists forward pre-hooks, forward hooks (with their ``with_kwargs`` / ``always_call``
     flags), backward pre-hooks, backward hooks (full or legacy), state-dict hooks
     (``state_dict_pre``, ``state_dict``, ``load_state_dict_pre``, ``load_state_dict_post``),
-    hooks on parameters (``Tensor.register_hook`` and post-accumulate-grad hooks; a parameter
-    shared by two modules, such as tied embedding weights, is listed once, under its first
-    name) and, unless ``include_global=False``, the global module hooks that fire for every
-    module.
+    hooks on parameters and on buffers that require grad (``Tensor.register_hook`` and
+    post-accumulate-grad hooks; a parameter shared by two modules, such as tied embedding
+    weights, is listed once, under its first name) and, unless ``include_global=False``, the
+    global module hooks that fire for every module and the global registration hooks
+    (``module_registration``, ``parameter_registration``, ``buffer_registration``) that fire
+    when any module registers one. Not listed: hooks on autograd graph nodes
+    (``grad_fn.register_hook``, a parameter's ``AccumulateGrad`` node), which belong to the
+    graph, not to the model.
 
     The owner column tells your hooks (``you``: your functions, lambdas, partials, and the
     hooks of hooktutor's helpers such as ``capture``) from those PyTorch installed and the
@@ -427,10 +436,11 @@ def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: boo
     for name, mod in module.named_modules(remove_duplicate=True):
         path = name or ROOT
         rows.extend(_module_rows(path, mod))
-        for pname, param in mod.named_parameters(recurse=False):
-            if id(param) not in seen:
-                seen.add(id(param))
-                rows.extend(_tensor_rows(f"{name}.{pname}" if name else pname, param))
+        tensors = (*mod.named_parameters(recurse=False), *mod.named_buffers(recurse=False))
+        for tname, tensor in tensors:
+            if tensor is not None and id(tensor) not in seen:
+                seen.add(id(tensor))
+                rows.extend(_tensor_rows(f"{name}.{tname}" if name else tname, tensor))
     if include_global:
         rows.extend(_global_rows())
     return HookTable(rows, type(module).__name__, wrapper_prefix(module))
@@ -491,7 +501,11 @@ def _drop(model: nn.Module, row: HookRow) -> None:
         return
     if row.kind in ("tensor", "post_accumulate"):
         attr = dict((k, a) for a, k in TENSOR_HOOK_DICTS)[row.kind]
-        hooks = getattr(model.get_parameter(row.path), attr, None)
+        try:
+            tensor = model.get_parameter(row.path)
+        except AttributeError:  # a buffer that requires grad
+            tensor = model.get_buffer(row.path)
+        hooks = getattr(tensor, attr, None)
         if hooks:
             hooks.pop(row.handle_id, None)
         return

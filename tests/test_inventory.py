@@ -480,3 +480,90 @@ def test_hook_ids_reports_what_is_attached_by_kind():
         for handle in (fwd, pre, tensor, post, glob):
             handle.remove()
     assert hook_ids(model.fc1, "forward") == set() and hook_ids(model.fc1.weight, "tensor") == set()
+
+
+def test_global_registration_hooks_are_listed_and_removed_only_when_asked():
+    model = MLP(seed=0)
+    fired = []
+
+    def on_buffer(module, name, buffer):
+        fired.append(name)
+
+    handles = [module_mod.register_module_module_registration_hook(noop),
+               module_mod.register_module_parameter_registration_hook(noop),
+               module_mod.register_module_buffer_registration_hook(on_buffer)]
+    try:
+        table = ht.list_hooks(model)
+        assert [(r.path, r.kind) for r in table] == [
+            ("<global>", "module_registration"), ("<global>", "parameter_registration"),
+            ("<global>", "buffer_registration")]
+        assert [r.handle_id for r in table] == [h.id for h in handles]
+        assert len(ht.list_hooks(model, include_global=False)) == 0
+        assert ht.remove_hooks(model) == 0
+        nn.Module().register_buffer("b", torch.ones(1))
+        assert fired == ["b"]
+        assert ht.remove_hooks(model, include_global=True) == 3
+        nn.Module().register_buffer("c", torch.ones(1))   # no registration hook left to fire
+        assert fired == ["b"] and len(ht.list_hooks(model)) == 0
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def test_a_registration_hook_that_stays_is_reported_by_the_leak_check():
+    before = ht.inventory.global_hook_ids()
+    h = module_mod.register_module_buffer_registration_hook(noop)
+    try:
+        assert ht.inventory.global_hook_ids() - before == {("_global_buffer_registration_hooks", h.id)}
+    finally:
+        h.remove()
+
+
+class _WithBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.register_buffer("scale", torch.ones(2, requires_grad=True))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_tensor_hooks_on_a_buffer_that_requires_grad_are_listed_and_removed():
+    model = nn.Sequential(_WithBuffer())
+    calls = []
+    h1 = model[0].scale.register_hook(lambda grad: calls.append("tensor"))
+    h2 = model[0].scale.register_post_accumulate_grad_hook(lambda t: calls.append("post"))
+    try:
+        table = ht.list_hooks(model, include_global=False)
+        assert [(r.path, r.kind) for r in table] == [("0.scale", "tensor"), ("0.scale", "post_accumulate")]
+        model(torch.ones(1, 2)).sum().backward()
+        assert calls == ["tensor", "post"]
+        assert ht.remove_hooks(model) == 2
+        model(torch.ones(1, 2)).sum().backward()
+        assert calls == ["tensor", "post"], "the removed hooks stopped firing"
+        assert len(ht.list_hooks(model, include_global=False)) == 0
+    finally:
+        h1.remove()
+        h2.remove()
+
+
+def test_remove_row_removes_a_buffer_hook():
+    model = _WithBuffer()
+    h = model.scale.register_hook(noop)
+    try:
+        (row,) = ht.list_hooks(model, include_global=False)
+        ht.inventory.remove_row(model, row)
+        assert not model.scale._backward_hooks
+    finally:
+        h.remove()
+
+
+def test_hooks_on_graph_nodes_are_not_listed():
+    model = MLP(seed=0)
+    node = model.fc1.weight.view_as(model.fc1.weight).grad_fn.next_functions[0][0]   # AccumulateGrad
+    h = node.register_hook(noop)
+    try:
+        assert len(ht.list_hooks(model, include_global=False)) == 0
+    finally:
+        h.remove()
