@@ -11,7 +11,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - order (hidden): switches off only the modules listed after ``name``, wrong for a model that
   defines its ReLU before the layer;
 - raises: restores the flags after the run, not in a ``finally:`` (the run raises);
-- technique: the legacy ``register_backward_hook`` instead of a full backward hook;
+- technique: the legacy ``register_backward_hook`` instead of a full backward hook; no module
+  backward hook at all (in-place off, then a tensor hook on the output: the same numbers, but
+  not what the task asks for, and no ``grad_input`` for the tools that need one);
 - a wrong type: returns the tuple ``grad_output``, or its last entry (a layer with two outputs);
 - nested / nd (hidden): in-place LeakyReLU, Hardtanh, ELU and a home-made module in a nested
   4-D model, which an answer that switches off only ``nn.ReLU`` misses.
@@ -91,7 +93,8 @@ exercise = Exercise(
     guide="""keeping in-place on (the BackwardHookFunction error); not restoring the flags afterwards,
     or restoring them after the run instead of in `finally:` (a run that raises leaves them off);
     setting every flag back to `True`, also on modules that were not in place before; returning the
-    tuple `grad_output`; the legacy `register_backward_hook`; `model.zero_grad()`, `model.train()` or
+    tuple `grad_output`; the legacy `register_backward_hook`, or a tensor hook on the output instead
+    of a full backward hook (the same numbers, no `grad_input`); `model.zero_grad()`, `model.train()` or
     `x.requires_grad_()` on the way. Caught at grading: switching off only the modules listed after
     the layer, or only `nn.ReLU`, on a nested model whose in-place modules are LeakyReLU, Hardtanh, ELU and a
     home-made one.""",
@@ -100,7 +103,8 @@ exercise = Exercise(
 
 class _LegacyWatch:
     """The check's own forward pre-hook on the hooked layer: which kinds of backward hook sat on
-    it while it ran (a legacy ``register_backward_hook`` is no full backward hook). Removed on exit."""
+    it while it ran (a legacy ``register_backward_hook`` is no full backward hook, a tensor hook on
+    its output is no module hook at all). Removed on exit."""
 
     def __init__(self, layer: nn.Module):
         self.layer, self.kinds = layer, set()
@@ -138,6 +142,11 @@ def _check_grad_output(answer, t: Tester, *, seed: int, data_seed: int, name: st
              expected="a full backward hook", got="a legacy register_backward_hook", nudge=(
                  "register_backward_hook is the legacy kind, deprecated and wrong for a module that "
                  "runs several operations: use register_full_backward_hook"))
+    t.expect("backward" in watch.kinds, what=f"the backward hook on {name!r} while it ran",
+             expected="a full backward hook", got="none", nudge=(
+                 "the numbers are right, but the task asks for grad_output[0] of a full backward hook on the "
+                 "layer (register_full_backward_hook): that is the hook that also gives grad_input, which "
+                 "tools need and a tensor hook on the output does not give"))
     _expect_x_as_found(t, x)
     t.expect_type(got, torch.Tensor, what=f"grad_output_with_inplace_off(model, x, y, {name!r})",
                   nudge="return grad_output[0], the tensor, not the tuple grad_output")
@@ -308,6 +317,26 @@ def _switcher(*, picks=lambda m: getattr(m, "inplace", False) is True, restore="
 exercise.wrong("keeps in-place on", mentions="BackwardHookFunction view")(_switcher(picks=lambda m: False))
 exercise.wrong("returns a float32 copy", mentions="dtype included", hidden=True)(
     _switcher(keep=lambda g: g[0].detach().float()))
+
+
+@exercise.wrong("switches in-place off, then uses a tensor hook, no full backward hook",
+                mentions="of a full backward hook on the")
+def _tensor_hook_instead(model, x, y, name):
+    was = [m for m in model.modules() if getattr(m, "inplace", False) is True]
+    seen = {}
+    for m in was:
+        m.inplace = False
+
+    def on_output(m, a, o):
+        o.register_hook(lambda g: seen.__setitem__("grad", g.detach().clone()))
+    handle = model.get_submodule(name).register_forward_hook(on_output)
+    try:
+        F.cross_entropy(model(x), y).backward()
+    finally:
+        handle.remove()
+        for m in was:
+            m.inplace = True
+    return seen["grad"]
 
 
 @exercise.wrong("calls x.requires_grad_() to silence torch's warning", mentions="leave the caller's x")
