@@ -359,7 +359,7 @@ class _Memory(nn.Module):
                hidden=True)
 def _(answer, t: Tester) -> None:
     model = t.track(_Memory(), "a model that fuses its memory and updates it")
-    x = kit.randn(2, 3, seed=25)
+    x = kit.randn(2, 3, seed=25).requires_grad_()  # inside the list: its copy must be detached too
     memory, gate = model.memory.clone(), model.gate.clone()
     got = answer(model, x, model.fuse)
     t.expect_type(got, list, what="what calls_of returned", nudge="return the list of (args, kwargs) pairs")
@@ -405,6 +405,21 @@ exercise.wrong("stores the arguments without copying them", mentions="lost its n
 exercise.wrong("copies only the top-level tensors", mentions="inside a tuple argument")(_recorder(copy=_copy))
 exercise.wrong("copies inside tuples but not inside lists or dicts", mentions="inside lists and dicts too",
                hidden=True)(_recorder(copy=lambda v: _deep_copy(v, into=(tuple,))))
+
+
+def _clone_nested(value):
+    """detach().clone() at the top level, a plain clone() inside containers (keeps the graph)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(v.clone() if isinstance(v, torch.Tensor) else v for v in value)
+    if isinstance(value, dict):
+        return {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in value.items()}
+    return value
+
+
+exercise.wrong("detaches the top-level tensors but only clones those inside containers",
+               mentions="detach", hidden=True)(_recorder(copy=_clone_nested))
 exercise.wrong("forgets to remove the hook", mentions="still attached")(_recorder(remove="never"))
 exercise.wrong("removes the hook, but not in a finally block", mentions="`finally:` block")(_recorder(remove="after"))
 exercise.wrong("returns a dict keyed by call number", mentions="is a dict")(_recorder(store=dict))
