@@ -10,7 +10,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - inplace_after: squares the gradients in place (``g.pow_(2)``): the hook receives the very
   gradients backward accumulates into ``.grad``, which then hold their squares;
 - dtype: a float32 accumulator (``torch.zeros(1)``, ``.float()``) for float64 gradients, off in
-  the eighth digit;
+  the eighth digit (computing in float64 whatever the gradients' dtype is right: the task asks
+  for at least the gradients' precision, not for their dtype);
 - reattach: a handle that leaves hooks behind (tensor hooks registered besides the multi-grad one);
 - calls ``.pow`` on a ``None`` gradient (a pass that does not reach every tensor).
 """
@@ -51,7 +52,8 @@ exercise = Exercise(
           "`tensors`; once per backward pass that reaches any of them, when their gradients of that pass are "
           "computed, it appends "
           "the L2 norm of all of them together (sqrt of the sum of every element squared; a tensor the pass "
-          "did not reach counts as zero; computed in the gradients' own dtype) as a float to a list. The hook "
+          "did not reach counts as zero; computed at least as precisely as the gradients: float64 ones in "
+          "float64) as a float to a list. The hook "
           "only watches: the gradients stay as backward computed them. Return (the list, the hook's handle)"),
     hints=[
         "torch.autograd.graph.register_multi_grad_hook(tensors, fn) calls fn(grads) once per backward pass, with "
@@ -123,8 +125,9 @@ def _norm_case(answer: Callable, t: Tester, model: nn.Module, tensors: list[torc
                 else ("pass {i}: the norm of this pass's gradients, those the hook receives; .grad adds up over "
                       "passes").replace("{i}", str(i + 1))
             if rtol < 1e-5 and abs(a - b) <= 1e-5 * abs(b):
-                nudge = ("the gradients are float64 here and your norm is off in the eighth digit: compute in the "
-                         "gradients' own dtype (no torch.zeros(1) or .float() of your own to add up into)")
+                nudge = ("the gradients are float64 here and your norm is off in the eighth digit: compute at "
+                         "their precision or better (no float32 torch.zeros(1) or .float() of your own to add up "
+                         "into)")
             t.expect(False, what=f"norms[{i}]", expected=b, got=a, nudge=nudge)
     for tensor, (i, grad) in zip(tensors, enumerate(grads)):
         same = grad is None and tensor.grad is None or (
