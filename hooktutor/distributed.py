@@ -16,7 +16,8 @@ runs by its module and name, and a notebook is no module. So the workers live he
   compression hook, and ``capture`` / ``list_hooks`` on the wrapped model.
 * ``python -m hooktutor.distributed`` runs the same worker under ``torchrun``, which sets
   ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` for every process, on one
-  machine or on several::
+  machine or on several; always with gloo and the model on the CPU, GPUs or not (a GPU run
+  would join with nccl and put each process's model on its own device: not done here)::
 
       torchrun --standalone --nproc-per-node=2 -m hooktutor.distributed
       torchrun --nnodes=2 --nproc-per-node=2 --node-rank=0 \\
@@ -155,8 +156,9 @@ def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
 def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, Any]:
     """One forward and backward of a DDP-wrapped ``MLP(seed)`` per hook experiment, in one rank.
 
-    Returns plain data: what the module hook saw, the buckets a communication hook saw, the
-    gradients with the default all-reduce, with the recording hook, and with the fp16
+    Returns plain data: what the module hook saw, the buckets a communication hook saw in each
+    of two passes on a wider ``MLP(hidden=512)`` (one list per pass), the cap of those buckets,
+    the gradients with the default all-reduce, with the recording hook, and with the fp16
     compression hook, what ``capture`` and ``list_hooks`` made of the wrapped model, and what
     a tensor hook and a post-accumulate-grad hook on ``head.bias`` saw (the rank's own gradient).
     """
@@ -180,18 +182,24 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
     result["device"] = str(next(ddp.parameters()).device)
     result["grads"] = _grads(ddp.module)
 
-    # 2. a communication hook that records each bucket, then all-reduces it as DDP would
-    ddp = DistributedDataParallel(MLP(seed=seed))
-    buckets: list[dict[str, Any]] = []
+    # 2. a communication hook that records each bucket, then all-reduces it as DDP would;
+    #    a wider MLP (1 MiB of gradients), buckets of 1 MiB, two backward passes
+    ddp = DistributedDataParallel(MLP(hidden=512, seed=seed), bucket_cap_mb=1)
+    buckets: list[list[dict[str, Any]]] = []  # the buckets of each pass
 
     def record_bucket(state, bucket):  # no annotations: DDP checks them, and this module's are strings
-        buckets.append({"index": bucket.index(), "numel": bucket.buffer().numel(),
-                        "shapes": [tuple(g.shape) for g in bucket.gradients()], "last": bucket.is_last()})
+        buffer = bucket.buffer()
+        buckets[-1].append({"index": bucket.index(), "numel": buffer.numel(),
+                            "bytes": buffer.numel() * buffer.element_size(),
+                            "shapes": [tuple(g.shape) for g in bucket.gradients()]})
         return default_hooks.allreduce_hook(state, bucket)
 
     ddp.register_comm_hook(None, record_bucket)
-    loss_fn(ddp(x), y).backward()
-    result["buckets"] = buckets
+    for _ in range(2):  # the same batch twice
+        buckets.append([])
+        ddp.zero_grad(set_to_none=True)
+        loss_fn(ddp(x), y).backward()
+    result["buckets"], result["bucket_cap_bytes"] = buckets, ddp.bucket_bytes_cap
     result["grads_comm_hook"] = _grads(ddp.module)
 
     # 3. the built-in fp16 compression hook
@@ -242,7 +250,8 @@ def fail_in_rank(rank: int, world_size: int, *, failing: int = 1) -> int:
 
 def main() -> int:
     """Under ``torchrun``: join the group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT), run :func:`ddp_hooks_demo`, print one line per rank, leave the group."""
+    MASTER_PORT) with gloo, run :func:`ddp_hooks_demo` on the CPU (also where there are GPUs),
+    print one line per rank, leave the group."""
     if "RANK" not in os.environ:
         print("start me with torchrun, for example: torchrun --standalone --nproc-per-node=2 "
               "-m hooktutor.distributed", file=sys.stderr)
@@ -251,8 +260,9 @@ def main() -> int:
     dist.init_process_group("gloo")
     try:
         result = ddp_hooks_demo(dist.get_rank(), dist.get_world_size())
-        sys.stdout.write(f"rank {result['rank']} of {result['world_size']} ({result['backend']}): "
-                         f"{len(result['buckets'])} buckets, module hook fired {len(result['hook_saw'])}x, "
+        sys.stdout.write(f"rank {result['rank']} of {result['world_size']} ({result['backend']} on "
+                         f"{result['device']}): buckets per pass {[len(b) for b in result['buckets']]}, "
+                         f"module hook fired {len(result['hook_saw'])}x, "
                          f"captured {sorted(result['captured'])}\n")  # one write: ranks share the terminal
         sys.stdout.flush()
         dist.barrier()

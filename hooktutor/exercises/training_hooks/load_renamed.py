@@ -73,8 +73,9 @@ exercise = Exercise(
         "model._register_load_state_dict_pre_hook(hook, with_module=True)) calls hook(module, state_dict, "
         "prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs) before the model reads "
         "the checkpoint.",
-        "The hook's return value is ignored: edit state_dict in place. It is load_state_dict's own copy, so "
-        "the caller's dict stays as it was. Pop every key out first, then put each value back under its new "
+        "The hook's return value is ignored: edit state_dict in place. It is load_state_dict's own shallow "
+        "copy: moving keys leaves the caller's dict as it was (its tensors are the caller's: do not change "
+        "them in place). Pop every key out first, then put each value back under its new "
         "key: a new name may be another layer's old name (a layer inserted in front renames '0' to '1' and "
         "'1' to '2').",
         "Rename whole parts of the dotted key, not substrings: '.'.join(renames.get(part, part) for part in "
