@@ -91,6 +91,7 @@ exercise = Exercise(
 # and more on torch 2.1, whose processes import torch._dynamo for DDP (a second or two each)
 exercise.check_budget_s = 3.0
 exercise.time_limit = 30.0   # per case; each run of the processes stops after 10 s (below)
+exercise.mutant_time_limit_s = 12.0   # a case starts processes: seconds on a loaded machine
 
 _NAMESPACE_NOTE = ("the check runs your function's source in new processes, which have only torch, dist "
                    "(torch.distributed) and default_hooks: import anything else inside the function, and "
