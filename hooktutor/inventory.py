@@ -188,6 +188,15 @@ def _is_operator(defining: object, module_name: str | None) -> bool:
     return isinstance(defining, types.BuiltinFunctionType) or module_name in _OPERATOR_MODULES
 
 
+# torch's helpers that install hooks on your behalf, for a function of yours: their hooks are yours
+_ON_YOUR_BEHALF = ("register_multi_grad_hook.",)
+
+
+def _installed_for_you(defining: object) -> bool:
+    qualname = getattr(defining, "__qualname__", "")
+    return isinstance(qualname, str) and qualname.startswith(_ON_YOUR_BEHALF)
+
+
 def hook_owner(hook: object) -> tuple[str, str]:
     """``(owner, mechanism)`` of a hook object: who installed it, and how.
 
@@ -197,8 +206,9 @@ def hook_owner(hook: object) -> tuple[str, str]:
     or ``pytorch (torch.some.module)``. An instance of your own subclass of a pruning method
     (``torch.nn.utils.prune.BasePruningMethod``) counts as ``prune`` too: torch's pruning
     installed it and the model needs it. Anything else (your functions, lambdas, hooktutor's
-    helpers, and torch's own operators used as hooks, such as ``torch.nan_to_num`` or
-    ``functools.partial(torch.clamp, min=-1, max=1)``) is ``("user", "")``. It fills the owner
+    helpers, torch's own operators used as hooks, such as ``torch.nan_to_num`` or
+    ``functools.partial(torch.clamp, min=-1, max=1)``, and the tensor hooks with which
+    ``torch.autograd.graph.register_multi_grad_hook`` runs your function) is ``("user", "")``. It fills the owner
     column of :func:`list_hooks`, taught in ``00_start_here.ipynb``.
     """
     defining, self_cls = _unwrap(hook)
@@ -211,7 +221,7 @@ def hook_owner(hook: object) -> tuple[str, str]:
     module_name = getattr(defining, "__module__", None)
     if module_name is None and self_cls is not None:
         module_name = self_cls.__module__
-    if not _is_torch_module(module_name) or _is_operator(defining, module_name):
+    if not _is_torch_module(module_name) or _is_operator(defining, module_name) or _installed_for_you(defining):
         return USER, ""
     if self_cls is not None and issubclass(self_cls, LazyModuleMixin):
         return PYTORCH, "lazy module"

@@ -567,3 +567,15 @@ def test_hooks_on_graph_nodes_are_not_listed():
         assert len(ht.list_hooks(model, include_global=False)) == 0
     finally:
         h.remove()
+
+
+def test_a_multi_grad_hook_is_the_users_and_remove_hooks_removes_it():
+    model = MLP(seed=0)
+    fired = []
+    torch.autograd.graph.register_multi_grad_hook(
+        (model.fc1.weight, model.fc2.weight), lambda grads: fired.append(1))
+    rows = ht.list_hooks(model, include_global=False)
+    assert [(r.path, r.owner_label) for r in rows] == [("fc1.weight", "you"), ("fc2.weight", "you")]
+    assert ht.remove_hooks(model) == 2
+    model(torch.ones(1, 8)).sum().backward()
+    assert fired == []
