@@ -89,7 +89,10 @@ def _fmt(value: Any) -> str:
         return repr(t).replace("\n", " ")
     if isinstance(value, str):
         return value
-    return repr(value)
+    if isinstance(value, torch.nn.Module):   # its repr lists every layer: the type says enough
+        return f"a {type(value).__name__} (an nn.Module)"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 # The hooks a Tester puts on every tracked model, standing for the caller's own hooks: an answer
@@ -174,6 +177,7 @@ class Tester:
             return
         names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
         said = "None (nothing was returned)" if got is None else f"a {type(got).__name__}"
+        nudge = nudge[:1].upper() + nudge[1:]
         raise Mismatch(what, f"a {names}", got, f"{what} is {said}, but should be a {names}. {nudge}".strip())
 
     def expect_close(self, got: Any, expected: torch.Tensor, *, what: str, nudge: str,

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..selection import check_model
-from ._base import CheckboxWidget
+from ._base import CheckboxWidget, left_aligned
 from ._render import PngView, fingerprint, style
 
 
@@ -174,7 +174,7 @@ class SavedTensorsToggle(CheckboxWidget):
                 f"{self.run.handed:,}) · forward output {'identical' if same else 'changed'} · "
                 f"gradients off by {self.error:.2%}")
         self.status_text = text
-        self.status.value = f"<span class='hooktutor-saved'>{html.escape(text)}</span>"
+        self.status.value = left_aligned(f"<span class='hooktutor-saved'>{html.escape(text)}</span>")
         self._view.show(fingerprint("saved", self.layers, self.run.per_layer), self._draw,
                         "memory of the saved activations per layer")
 
