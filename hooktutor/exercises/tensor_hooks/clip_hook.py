@@ -196,7 +196,10 @@ def _(answer, t: Tester) -> None:
              got=None if w.grad is None else w.grad.dtype, nudge=(
                  "compute with the gradient you were given: grad * (max_norm / norm) keeps its dtype"))
     t.expect_close(w.grad, torch.tensor([0.0, 0.6, 0.8], dtype=torch.float64), what="w.grad (float64)",
-                   nudge="[0, 6, 8] has norm 10; clipped to norm 1 it is [0, 0.6, 0.8]")
+                   atol=1e-12, rtol=1e-10,   # float64: an eps in the division shows
+                   nudge="[0, 6, 8] has norm 10; clipped to norm 1 it is [0, 0.6, 0.8] exactly: divide by "
+                         "the norm itself, not by norm + eps (the gradient is only rescaled when its norm "
+                         "exceeds max_norm, so the norm is never 0 there)")
 
 
 @exercise.case("a sum of two leaves, the hook on one: the other's gradient must not change")
@@ -300,6 +303,16 @@ exercise.wrong("computes the factor on the first call and keeps it", mentions="n
                hidden=True)(_clipper(first_only=True))
 exercise.wrong("rescales when the norm equals max_norm too (0 / 0)", mentions="strictly", hidden=True)(
     _clipper(over=lambda n, m: n >= m))
+
+
+@exercise.wrong("divides by norm + 1e-6", mentions="norm + eps")
+def _visible_eps(max_norm):
+    def hook(grad):
+        if grad is None:
+            return None
+        norm = grad.norm()
+        return grad * (max_norm / (norm + 1e-6)) if norm > max_norm else grad
+    return hook
 
 
 @exercise.wrong("clamps each element instead of the norm", mentions="whole gradient")
