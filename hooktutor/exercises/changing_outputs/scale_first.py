@@ -12,7 +12,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - twice, repeat: scales only the first call of the hook, so a module called twice in one forward
   gets its second input unscaled;
 - the arithmetic: divides by ``1 / factor`` (``factor=0`` divides by zero); leaves a first argument
-  that is a plain number alone.
+  that is a plain number alone; for ``factor=0`` returns a new ``torch.zeros_like(args[0])``, which
+  gives the right values but no gradient (``a.grad`` stays ``None`` instead of zeros).
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ exercise = Exercise(
     module refuses it), `args[0] * torch.tensor([factor])` (a bfloat16 argument becomes float32, a
     0-dim one shape (1,)), detaching the other arguments (their gradients are lost), a hook that
     scales only its first call (a module called twice in one forward), dividing by `1 / factor`
-    (`factor=0`) and leaving a first argument that is a plain number alone.""",
+    (`factor=0`), leaving a first argument that is a plain number alone, and a shortcut for `factor=0`
+    that returns `torch.zeros_like(args[0])`: the right values, but the caller's tensor gets no
+    gradient (`None` instead of zeros).""",
 )
 
 
@@ -191,31 +194,34 @@ def _(answer, t: Tester) -> None:
                    nudge="with one argument, return a 1-tuple (args[0] * factor,)")
 
 
-@exercise.case("gradients flow back through the scaled argument and the other one", hidden=True)
+@exercise.case("gradients flow back through the scaled argument and the other one, at factor 3 and 0",
+               hidden=True)
 def _(answer, t: Tester) -> None:
     net = t.track(TwoInputNet(seed=22), "the TwoInputNet")
-    a = torch.tensor([[1.0, -2.0]], requires_grad=True)
-    b = torch.tensor([[0.5, 0.25]], requires_grad=True)
-    a_ref, b_ref = (v.detach().clone().requires_grad_(True) for v in (a, b))
-    net.forward(3.0 * a_ref, b_ref).sum().backward()
-    net.zero_grad()
-    handle = net.register_forward_pre_hook(answer(3.0))
-    try:
-        with kit.GradWitness({"a": a, "b": b}) as grads:
-            net(a, b).sum().backward()
-    finally:
-        handle.remove()
-    t.expect(grads.filled_by_backward("a"), what="a.grad after backward", expected="a gradient",
-             got=a.grad, nudge=(
-                 "backward never reached a: the tensor your pre-hook passed on is cut from the graph "
-                 "(a detach(), .data, or torch.no_grad()). Multiply args[0] itself: args[0] * factor"))
-    t.expect_close(a.grad, a_ref.grad, what="a.grad", nudge="a.grad is factor times the gradient at the "
-                   "scaled input")
-    t.expect(grads.filled_by_backward("b"), what="b.grad after backward", expected="a gradient",
-             got=b.grad, nudge=(
-                 "backward never reached b, the argument you were to pass through unchanged: pass the "
-                 "caller's tensors on as they are, *args[1:], not detached copies"))
-    t.expect_close(b.grad, b_ref.grad, what="b.grad", nudge="b is not scaled: its gradient is unchanged")
+    for factor in (3.0, 0.0):
+        a = torch.tensor([[1.0, -2.0]], requires_grad=True)
+        b = torch.tensor([[0.5, 0.25]], requires_grad=True)
+        a_ref, b_ref = (v.detach().clone().requires_grad_(True) for v in (a, b))
+        net.forward(factor * a_ref, b_ref).sum().backward()
+        net.zero_grad()
+        handle = net.register_forward_pre_hook(answer(factor))
+        try:
+            with kit.GradWitness({"a": a, "b": b}) as grads:
+                net(a, b).sum().backward()
+        finally:
+            handle.remove()
+        t.expect(grads.filled_by_backward("a"), what=f"a.grad after backward, with factor {factor}",
+                 expected="a gradient" if factor else "a gradient of zeros", got=a.grad, nudge=(
+                     "backward never reached a: the tensor your pre-hook passed on is cut from the graph "
+                     "(a detach(), .data, torch.no_grad(), or a new tensor such as torch.zeros_like "
+                     "for factor 0). Multiply args[0] itself, whatever factor is: args[0] * factor"))
+        t.expect_close(a.grad, a_ref.grad, what=f"a.grad, with factor {factor}",
+                       nudge="a.grad is factor times the gradient at the scaled input")
+        t.expect(grads.filled_by_backward("b"), what="b.grad after backward", expected="a gradient",
+                 got=b.grad, nudge=(
+                     "backward never reached b, the argument you were to pass through unchanged: pass "
+                     "the caller's tensors on as they are, *args[1:], not detached copies"))
+        t.expect_close(b.grad, b_ref.grad, what="b.grad", nudge="b is not scaled: its gradient is unchanged")
 
 
 @exercise.case("factor 0, and a plain number as the first argument", hidden=True)
@@ -277,5 +283,9 @@ exercise.wrong("casts the first argument to float32", mentions="no .float()")(
 exercise.wrong("scales the first call only", mentions="keep no state")(_scaler(once=True))
 exercise.wrong("divides by 1 / factor", mentions="factor may be 0", hidden=True)(
     _scaler(scale=lambda first, factor: first / (1.0 / factor)))
+exercise.wrong("returns torch.zeros_like(args[0]) for factor 0: no gradient reaches args[0]",
+               mentions="torch.zeros_like", hidden=True)(
+    _scaler(scale=lambda first, factor: (torch.zeros_like(first) if factor == 0 and isinstance(first, torch.Tensor)
+                                         else first * factor)))
 exercise.wrong("leaves a first argument that is not a tensor alone", mentions="plain number", hidden=True)(
     _scaler(tensors_only=True))
