@@ -74,6 +74,32 @@ def test_one_bucket_on_the_first_pass_then_buckets_that_fill_past_the_cap(ranks)
     assert ranks[1]["buckets"] == ranks[0]["buckets"]
 
 
+def test_the_first_rebuilt_bucket_has_a_cap_of_its_own_by_default(ranks):
+    mib = 2**20
+    variants = ranks[0]["bucket_variants"]
+    default, capped = variants["deep, default cap"], variants["deep, bucket_cap_mb=1"]
+    assert default["cap"] == 25 * mib and capped["cap"] == mib
+    assert [len(p) for p in default["passes"]] == [1, 2]  # not one 2 MiB bucket, under a 25 MiB cap
+    first, later = default["passes"][1]
+    assert mib <= first["bytes"] < 2 * mib and later["bytes"] > mib  # 1 MiB for the first only
+    assert [len(p) for p in capped["passes"]] == [1, 3]
+    assert all(mib <= b["bytes"] < 2 * mib for b in capped["passes"][1][:-1])
+    assert ranks[1]["bucket_variants"] == variants
+
+
+def test_find_unused_parameters_buckets_from_the_start_and_dtypes_never_share_a_bucket(ranks):
+    variants = ranks[0]["bucket_variants"]
+    unused = variants["find_unused_parameters=True"]["passes"]
+    assert len(unused[0]) == 2 and unused[1] == unused[0]  # no one-bucket first pass, no rebuild
+    assert (3, 512) in unused[0][0]["shapes"] and (512, 512) in unused[0][1]["shapes"]
+    model = distributed.SpareHead(seed=0)
+    assert sum(b["numel"] for b in unused[0]) == sum(p.numel() for p in model.parameters())
+    for passes in variants["float64 head"]["passes"]:
+        assert sorted(b["dtype"] for b in passes) == ["torch.float32", "torch.float64"]
+    (float64,) = [b for b in variants["float64 head"]["passes"][0] if b["dtype"] == "torch.float64"]
+    assert sorted(float64["shapes"]) == [(3,), (3, 16)]  # the head's gradients, alone
+
+
 def test_the_counting_allreduce_check_sees_one_bucket_then_several():
     import importlib
 
