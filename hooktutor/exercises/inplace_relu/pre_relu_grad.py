@@ -96,37 +96,10 @@ exercise = Exercise(
 )
 
 
-class _TensorHookWatch:
-    """The check's own forward hook on the hooked layer, attached before the answer's: it puts a
-    tensor hook on the layer's output (that version, before the in-place ReLU), and when backward
-    reaches it, counts the other tensor hooks registered on that same version: the answer's.
-    Removed on exit."""
-
-    def __init__(self, layer: nn.Module):
-        self.layer, self.reached, self.others = layer, 0, 0
-
-    def __enter__(self) -> _TensorHookWatch:
-        def on_output(module, args, output):
-            if not (isinstance(output, torch.Tensor) and output.requires_grad):
-                return
-            handle = output.register_hook(lambda grad: self._count(handle))
-        self.handle = self.layer.register_forward_hook(on_output)
-        return self
-
-    def _count(self, handle) -> None:
-        self.reached += 1
-        hooks = handle.hooks_dict_ref()   # the hooks of the version the check's hook sits on
-        self.others += len([key for key in hooks if key != handle.id]) if hooks is not None else 0
-
-    def expect_tensor_hook(self, t: Tester, name: str) -> None:
-        t.expect(self.reached == 0 or self.others > 0, what=f"tensor hooks on the output of {name!r}",
-                 expected="yours, when backward reached it", got="none", nudge=(
-                     "the gradient is right, but no tensor hook of yours was on the layer's output: the task "
-                     "is to get it with output.register_hook(...) in the layer's forward hook (not with a "
-                     "full backward hook and copies for the in-place modules)"))
-
-    def __exit__(self, *exc) -> None:
-        self.handle.remove()
+_NO_TENSOR_HOOK = (
+    "the gradient is right, but no tensor hook of yours was on the layer's output: the task is to get "
+    "it with output.register_hook(...) in the layer's forward hook (not with a full backward hook and "
+    "copies for the in-place modules)")
 
 
 class _InplaceWatch:
@@ -153,7 +126,7 @@ def _check_pre_relu_grad(answer, t: Tester, *, seed: int, data_seed: int, name: 
     x, y = shapes(4, seed=data_seed)
     model = SmallCNN(inplace=True, seed=seed)
     relu = f"features.{int(name.rsplit('.', 1)[1]) + 1}"
-    with _InplaceWatch(model) as watch, _TensorHookWatch(model.get_submodule(name)) as hooks:
+    with _InplaceWatch(model) as watch, kit.TensorHookWatch(model.get_submodule(name)) as hooks:
         t.track(model, "SmallCNN(inplace=True)")
         got = answer(model, x, y, name)
     _, grads = reference(seed, x, y, [name, relu])
@@ -172,7 +145,7 @@ def _check_pre_relu_grad(answer, t: Tester, *, seed: int, data_seed: int, name: 
              nudge="the gradient is right, but the ReLUs were not in-place during your run: the task is to "
                    "get it with a tensor hook while they stay in-place (registered in the layer's forward "
                    "hook, it belongs to the output before the ReLU overwrites it)")
-    hooks.expect_tensor_hook(t, name)
+    hooks.expect_tensor_hook(t, name, _NO_TENSOR_HOOK)
 
 
 @exercise.case("SmallCNN(inplace=True), the BatchNorm layer 'features.1'")
@@ -192,7 +165,7 @@ def _(answer, t: Tester) -> None:
     kit.freeze(model.eval(), "lin.bias")
     y = torch.tensor([0, 1, 2, 1, 0])
     want, weight = reference_any(model, x, y, "lin"), param_grad(model, x, y, "lin.weight")
-    with _InplaceWatch(model) as watch, _TensorHookWatch(model.lin) as hooks:
+    with _InplaceWatch(model) as watch, kit.TensorHookWatch(model.lin) as hooks:
         t.track(model, "Sequential-like lin -> ReLU(inplace=True)")
         with kit.LeftAsFound(t, model, name="the model (in eval mode, lin.bias frozen)"), \
                 Accumulated(t, model.lin.weight, weight, "lin.weight"):
@@ -206,7 +179,7 @@ def _(answer, t: Tester) -> None:
                          "in the layer's forward hook")
     t.expect(not watch.off_while_running and model.act.inplace, what="model.act.inplace during and after the run",
              expected=True, got=False, nudge="leave the model's ReLUs in-place: tensor hooks work with them")
-    hooks.expect_tensor_hook(t, "lin")
+    hooks.expect_tensor_hook(t, "lin", _NO_TENSOR_HOOK)
 
 
 @exercise.case("a model that raises halfway through its forward: no hook may stay", hidden=True)
