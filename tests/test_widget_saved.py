@@ -10,7 +10,7 @@ import torch
 import hooktutor as ht
 from hooktutor.models import deep_mlp
 from hooktutor.widgets import close_all, saved_tensors_toggle
-from hooktutor.widgets.saved import memory_by_layer, relative_error, saved_run
+from hooktutor.widgets.saved import _counted, memory_by_layer, relative_error, saved_run
 
 
 @pytest.fixture
@@ -75,6 +75,44 @@ def test_the_pair_copies_each_tensor_once_and_a_copy_per_save_would_not_save_mem
     with torch.autograd.graph.saved_tensors_hooks(per_save, lambda t: t.float()):
         model(x)
     assert memory_by_layer([("", c) for c in copies])[""] > 0.95 * plain.total  # 33,280 of 33,792 bytes
+
+
+def test_on_a_3d_input_the_pair_still_copies_each_storage_once(data):
+    """On a contiguous 3-D input each Linear saves its input flattened to 2-D: a view, another tensor
+    object over the ReLU output's storage. A pair keyed on the object copied it twice; this one once."""
+    x, y = data
+    layers = deep_mlp(depth=3, width=16, seed=0)
+    model = torch.nn.Sequential(torch.nn.Unflatten(0, (4, 8)), *layers, torch.nn.Flatten(0, 1))
+    objects = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: objects.append(t) or t, lambda t: t):
+        model(x)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    acts = [t for t in objects if t.untyped_storage().data_ptr() not in params]  # not the weights
+    assert len({id(t) for t in acts}) == 7 and len({t.untyped_storage().data_ptr() for t in acts}) == 4
+    plain, packed = saved_run(model, x, y, bfloat16=False), saved_run(model, x, y, bfloat16=True)
+    assert plain.total == 4 * (x.numel() + 3 * 32 * 16)  # the input and each ReLU's output, once
+    assert {n: 2 * b for n, b in packed.per_layer.items()} == plain.per_layer
+    # each save gets a view of the copy with its own shape: the gradients move by bfloat16 rounding only
+    assert 1e-5 < relative_error(packed.grads, plain.grads) < 1e-2
+
+
+def test_an_in_place_edit_gets_a_fresh_copy():
+    """The same memory saved before and after an in-place edit: the second save must not be handed the
+    first one's copy (backward of exp_ reads its result)."""
+    w = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+
+    def exp_grad(bfloat16):
+        w.grad = None
+        with _counted(lambda tensor, stored: None, bfloat16, torch.nn.Linear(1, 1)):
+            a = w * 1
+            _unused = a * w  # saves a
+            a.exp_()  # edits a in place and saves the new value
+        a.sum().backward()
+        return w.grad
+
+    plain = exp_grad(False)
+    assert torch.equal(plain, torch.exp(w.detach()))
+    assert torch.allclose(exp_grad(True), plain, rtol=2**-7)  # bfloat16 rounding, not the old value
 
 
 def test_a_click_keeps_the_activations_in_bfloat16_the_forward_stays_and_the_gradients_move_a_little(data):

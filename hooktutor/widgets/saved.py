@@ -6,10 +6,11 @@ After every click the widget runs one forward and backward pass of its copy of t
 the pack/unpack pair on or off, and compares the output and the gradients with a plain float32
 pass. What it shows is measured on what autograd keeps: the storages of the tensors that ``pack``
 returned, each counted once (autograd saves a ReLU's output twice, for the ReLU and for the next
-Linear: one storage), by its ``nbytes()``. The pair makes one bfloat16 copy per tensor, however
-often it is saved (a copy per save would cost as much memory as it saves). Weights are saved too,
-but a model keeps them anyway: they are not packed and not counted. The model passed in is never
-modified.
+Linear: one storage), by its ``nbytes()``. The pair makes one bfloat16 copy per storage, however
+often and through whatever views it is saved (a copy per save would cost as much memory as it saves,
+and so would a copy per tensor object on a contiguous 3-D input, of which each Linear saves a flattened
+view: another object over the same storage). Weights are saved too, but a model keeps them anyway:
+they are not packed and not counted. The model passed in is never modified.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def memory_by_layer(kept: list[tuple[str, torch.Tensor]]) -> dict[str, int]:
 
 def saved_run(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, *, bfloat16: bool) -> SavedRun:
     """One cross-entropy forward and backward pass of ``model``, with the activations it saves kept in
-    bfloat16 (one copy per tensor) or not. What autograd keeps of each activation goes to the leaf module
+    bfloat16 (one copy per storage) or not. What autograd keeps of each activation goes to the leaf module
     that ran last (a forward pre-hook on each leaf says which); ``model``'s ``.grad`` is left as it was.
     ``09_autograd_graph_hooks.ipynb``."""
     running = [""]
@@ -99,21 +100,30 @@ def _counted(keep: Callable[[torch.Tensor, torch.Tensor], None], bfloat16: bool,
              model: nn.Module) -> Iterator[None]:
     """``saved_tensors_hooks`` that call ``keep(activation, what autograd stores of it)`` for each
     activation saved (not the model's parameters, which it keeps anyway: they are stored as they are).
-    With ``bfloat16``, a float32 activation is stored as a bfloat16 copy, one per tensor however often
-    it is saved, and turned back into float32 when backward needs it."""
+    With ``bfloat16``, a float32 activation is stored as a view of a bfloat16 copy of its whole storage,
+    one copy per storage and version however often and through whatever views it is saved (of a contiguous
+    3-D input a Linear saves a flattened view: another tensor object over the same memory),
+    and turned back into float32 when backward needs it."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    copies: dict[int, tuple[weakref.ref, torch.Tensor]] = {}  # id(tensor) -> its copy, while it lives
+    # (storage address, version) -> (a weak reference to the tensor that owns the storage, its bfloat16 copy)
+    copies: dict[tuple[int, int], tuple[weakref.ref, torch.Tensor]] = {}
 
     def pack(tensor: torch.Tensor) -> Any:
-        if tensor.untyped_storage().data_ptr() in params:
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() in params:
             return tensor
         if not bfloat16 or tensor.dtype != torch.float32:
             keep(tensor, tensor)
             return tensor
-        key = id(tensor)
-        if key not in copies:  # an id is reused once its tensor dies: the weak reference drops the entry
-            copies[key] = (weakref.ref(tensor, lambda _: copies.pop(key, None)), tensor.to(torch.bfloat16))
-        small = copies[key][1]
+        # an in-place edit bumps the version (shared by all views): the edited memory gets a new copy
+        key = (storage.data_ptr(), tensor._version)
+        if key not in copies:
+            whole = tensor.new_empty(0).set_(storage)  # the whole storage, as a flat float32 tensor
+            # the entry goes when the owner dies (a view's base, or the tensor): until then the storage lives,
+            # so no other storage can have its address
+            owner = tensor if tensor._base is None else tensor._base
+            copies[key] = (weakref.ref(owner, lambda _: copies.pop(key, None)), whole.to(torch.bfloat16))
+        small = copies[key][1].as_strided(tensor.shape, tensor.stride(), tensor.storage_offset())
         keep(tensor, small)
         return (tensor.dtype, small)
 
@@ -132,7 +142,7 @@ def relative_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
 
 
 class SavedTensorsToggle(CheckboxWidget):
-    """A checkbox for a bfloat16 pack/unpack pair (one copy per tensor) around one training step; see
+    """A checkbox for a bfloat16 pack/unpack pair (one copy per storage) around one training step; see
     :func:`saved_tensors_toggle`.
 
     ``value`` is the checkbox; setting it reruns the step at once. ``run`` is the last step's
@@ -192,7 +202,7 @@ class SavedTensorsToggle(CheckboxWidget):
 
 def saved_tensors_toggle(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, *,
                          name: str | None = None) -> SavedTensorsToggle:
-    """A checkbox that keeps the activations autograd saves for backward in bfloat16, one copy per tensor
+    """A checkbox that keeps the activations autograd saves for backward in bfloat16, one copy per storage
     (ticked), or in float32 (unticked), with ``torch.autograd.graph.saved_tensors_hooks``, and a chart of
     the memory they take per layer (each storage counted once, measured); the status line compares the
     output and the gradients with float32. One
