@@ -163,8 +163,11 @@ def lab_config(instructor: bool = False) -> dict[str, object]:
                    "check_for_updates_class": "jupyterlab.handlers.announcements.NeverCheckForUpdate"}}
     server["KernelManager"] = {"transport_encryption": "auto"}
     page: dict[str, object] = {"disabledExtensions": {}}
+    # jupyter-lsp comes with JupyterLab and looks for language servers the course never installs,
+    # printing a long "Skipped non-installed server(s)" line at every start: off in both modes
+    server["ServerApp"] = {"jpserver_extensions": {"jupyter_lsp": False}}
     if not instructor:
-        server["ServerApp"] = {"jpserver_extensions": dict.fromkeys(NBGRADER_SERVER_EXTENSIONS, False)}
+        server["ServerApp"]["jpserver_extensions"].update(dict.fromkeys(NBGRADER_SERVER_EXTENSIONS, False))
         page["disabledExtensions"] = {NBGRADER_LAB_EXTENSION: True}
     return {"jupyter_server_config.json": server,
             "labconfig/page_config.json": page,

@@ -12,11 +12,13 @@ runs by its module and name, and a notebook is no module. So the workers live he
   each and returns what each rank returned. The group is destroyed in a ``finally`` in every
   rank, and no process outlives the call, also when a worker raises (it is re-raised here).
 * :func:`ddp_hooks_demo` is the lesson's worker: a DDP-wrapped MLP whose module hooks fire
-  in every rank, a communication hook that records the gradient buckets, the built-in fp16
+  in every rank, a communication hook that records the gradient buckets (:func:`record_buckets`,
+  also under other DDP settings), the built-in fp16
   compression hook, and ``capture`` / ``list_hooks`` on the wrapped model.
 * ``python -m hooktutor.distributed`` runs the same worker under ``torchrun``, which sets
   ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` for every process, on one
-  machine or on several::
+  machine or on several; always with gloo and the model on the CPU, GPUs or not (a GPU run
+  would join with nccl and put each process's model on its own device: not done here)::
 
       torchrun --standalone --nproc-per-node=2 -m hooktutor.distributed
       torchrun --nnodes=2 --nproc-per-node=2 --node-rank=0 \\
@@ -44,7 +46,7 @@ from torch import nn
 from .capture import capture
 from .data import blobs
 from .inventory import list_hooks
-from .models import MLP
+from .models import MLP, seeded
 
 TIMEOUT_S = 60.0
 # fork: the new process is a copy of this one (its imports included). Safe here: the parent has
@@ -152,13 +154,75 @@ def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: p.grad.detach().clone() for name, p in model.named_parameters()}
 
 
+def _deep_mlp(seed: int) -> nn.Module:
+    """8 -> 512 -> 512 -> 512 -> 3: two hidden ``Linear(512, 512)`` of 1 MiB of gradients each."""
+    with seeded(seed):
+        return nn.Sequential(nn.Linear(8, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                             nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 3))
+
+
+class Float64Head(nn.Module):
+    """``MLP(seed)`` whose ``head`` computes in float64: gradients of two dtypes in one model."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self.mlp = MLP(seed=seed)
+        self.mlp.head.double()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.mlp
+        return m.head(m.act2(m.fc2(m.act1(m.fc1(x)))).double()).float()
+
+
+class SpareHead(nn.Module):
+    """``MLP(hidden=512, seed)`` and a second head that ``forward`` never calls: parameters
+    without a gradient, what ``find_unused_parameters=True`` is for."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        self.mlp = MLP(hidden=512, seed=seed)
+        with seeded(seed + 1):
+            self.spare = nn.Linear(512, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp(x)
+
+
+def record_buckets(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                   loss_fn: Callable[..., torch.Tensor], passes: int) -> list[list[dict[str, Any]]]:
+    """Register a communication hook on ``ddp`` that records each bucket (index, numel, bytes,
+    dtype, gradient shapes) and all-reduces it as DDP would; run ``passes`` backward passes on
+    the same batch; return the buckets of each pass."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    buckets: list[list[dict[str, Any]]] = []
+
+    def record_bucket(state, bucket):  # no annotations: DDP checks them (this module's are str)
+        buffer = bucket.buffer()
+        buckets[-1].append({"index": bucket.index(), "numel": buffer.numel(),
+                            "bytes": buffer.numel() * buffer.element_size(),
+                            "dtype": str(buffer.dtype),
+                            "shapes": [tuple(g.shape) for g in bucket.gradients()]})
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, record_bucket)
+    for _ in range(passes):  # the same batch each time
+        buckets.append([])
+        ddp.zero_grad(set_to_none=True)
+        loss_fn(ddp(x), y).backward()
+    return buckets
+
+
 def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, Any]:
     """One forward and backward of a DDP-wrapped ``MLP(seed)`` per hook experiment, in one rank.
 
-    Returns plain data: what the module hook saw, the buckets a communication hook saw, the
-    gradients with the default all-reduce, with the recording hook, and with the fp16
-    compression hook, what ``capture`` and ``list_hooks`` made of the wrapped model, and what
-    a tensor hook and a post-accumulate-grad hook on ``head.bias`` saw (the rank's own gradient).
+    Returns plain data: what the module hook saw, the buckets a communication hook saw in each
+    of two passes on a wider ``MLP(hidden=512)`` (one list per pass), the cap of those buckets,
+    the same for other DDP settings (``bucket_variants``: the default cap and ``bucket_cap_mb=1``
+    on a deeper model, ``find_unused_parameters=True``, a float64 head), the gradients with the
+    default all-reduce, with the recording hook, and with the fp16 compression hook, what
+    ``capture`` and ``list_hooks`` made of the wrapped model, and what a tensor hook and a
+    post-accumulate-grad hook on ``head.bias`` saw (the rank's own gradient).
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
@@ -180,19 +244,26 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
     result["device"] = str(next(ddp.parameters()).device)
     result["grads"] = _grads(ddp.module)
 
-    # 2. a communication hook that records each bucket, then all-reduces it as DDP would
-    ddp = DistributedDataParallel(MLP(seed=seed))
-    buckets: list[dict[str, Any]] = []
-
-    def record_bucket(state, bucket):  # no annotations: DDP checks them, and this module's are strings
-        buckets.append({"index": bucket.index(), "numel": bucket.buffer().numel(),
-                        "shapes": [tuple(g.shape) for g in bucket.gradients()], "last": bucket.is_last()})
-        return default_hooks.allreduce_hook(state, bucket)
-
-    ddp.register_comm_hook(None, record_bucket)
-    loss_fn(ddp(x), y).backward()
-    result["buckets"] = buckets
+    # 2. a communication hook that records each bucket, then all-reduces it as DDP would;
+    #    a wider MLP (1 MiB of gradients), buckets of 1 MiB, two backward passes
+    ddp = DistributedDataParallel(MLP(hidden=512, seed=seed), bucket_cap_mb=1)
+    buckets = record_buckets(ddp, x, y, loss_fn, passes=2)  # the buckets of each pass
+    result["buckets"], result["bucket_cap_bytes"] = buckets, ddp.bucket_bytes_cap
     result["grads_comm_hook"] = _grads(ddp.module)
+
+    # 2b. the same recording under other settings: the default cap on a deeper model (the first
+    #     rebuilt bucket has a cap of its own), find_unused_parameters=True on a model with an
+    #     unused head (no one-bucket first pass, no rebuild), two dtypes (never in one bucket)
+    variants = {"deep, default cap": (_deep_mlp(seed), {}),
+                "deep, bucket_cap_mb=1": (_deep_mlp(seed), {"bucket_cap_mb": 1}),
+                "find_unused_parameters=True": (SpareHead(seed),
+                                                {"bucket_cap_mb": 1, "find_unused_parameters": True}),
+                "float64 head": (Float64Head(seed), {"bucket_cap_mb": 1})}
+    result["bucket_variants"] = {}
+    for label, (model, options) in variants.items():
+        ddp = DistributedDataParallel(model, **options)
+        passes = record_buckets(ddp, x, y, loss_fn, passes=2)
+        result["bucket_variants"][label] = {"cap": ddp.bucket_bytes_cap, "passes": passes}
 
     # 3. the built-in fp16 compression hook
     ddp = DistributedDataParallel(MLP(seed=seed))
@@ -242,7 +313,8 @@ def fail_in_rank(rank: int, world_size: int, *, failing: int = 1) -> int:
 
 def main() -> int:
     """Under ``torchrun``: join the group torchrun describes (RANK, WORLD_SIZE, MASTER_ADDR,
-    MASTER_PORT), run :func:`ddp_hooks_demo`, print one line per rank, leave the group."""
+    MASTER_PORT) with gloo, run :func:`ddp_hooks_demo` on the CPU (also where there are GPUs),
+    print one line per rank, leave the group."""
     if "RANK" not in os.environ:
         print("start me with torchrun, for example: torchrun --standalone --nproc-per-node=2 "
               "-m hooktutor.distributed", file=sys.stderr)
@@ -251,8 +323,9 @@ def main() -> int:
     dist.init_process_group("gloo")
     try:
         result = ddp_hooks_demo(dist.get_rank(), dist.get_world_size())
-        sys.stdout.write(f"rank {result['rank']} of {result['world_size']} ({result['backend']}): "
-                         f"{len(result['buckets'])} buckets, module hook fired {len(result['hook_saw'])}x, "
+        sys.stdout.write(f"rank {result['rank']} of {result['world_size']} ({result['backend']} on "
+                         f"{result['device']}): buckets per pass {[len(b) for b in result['buckets']]}, "
+                         f"module hook fired {len(result['hook_saw'])}x, "
                          f"captured {sorted(result['captured'])}\n")  # one write: ranks share the terminal
         sys.stdout.flush()
         dist.barrier()

@@ -84,8 +84,9 @@ class HookSet:
         else:
             kinds = ", ".join(repr(k) for k in (*_MODULE_KINDS, *_TENSOR_KINDS))
             raise ValueError(f"unknown hook kind {kind!r}; use one of {kinds}")
-        self.remove(name)
+        # the new hook first: when torch refuses it, the hook it was to replace stays
         handle = getattr(target, method)(fn, **kwargs)
+        self.remove(name)
         where = type(target).__name__ if isinstance(target, nn.Module) else f"tensor{tuple(target.shape)}"
         self._hooks[name] = (kind, where, handle, fn)
         return handle

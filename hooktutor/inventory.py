@@ -61,19 +61,24 @@ MODULE_FLAG_DICTS: tuple[str, ...] = (
     "_forward_hooks_with_kwargs",
     "_forward_hooks_always_called",
 )
-# Private dicts on a tensor (a parameter): Tensor.register_hook and
-# Tensor.register_post_accumulate_grad_hook.
+# Private dicts on a tensor (a parameter, or a buffer that requires grad): Tensor.register_hook
+# and Tensor.register_post_accumulate_grad_hook.
 TENSOR_HOOK_DICTS: tuple[tuple[str, str], ...] = (
     ("_backward_hooks", "tensor"),
     ("_post_accumulate_grad_hooks", "post_accumulate"),
 )
 # Module-level dicts in torch.nn.modules.module for the global hooks
-# (register_module_forward_hook and friends).
+# (register_module_forward_hook and friends), and the global registration hooks, which fire
+# when any module registers a buffer, a parameter or a submodule
+# (register_module_buffer_registration_hook and friends).
 GLOBAL_HOOK_DICTS: tuple[tuple[str, str], ...] = (
     ("_global_forward_pre_hooks", "forward_pre"),
     ("_global_forward_hooks", "forward"),
     ("_global_backward_pre_hooks", "backward_pre"),
     ("_global_backward_hooks", "backward"),
+    ("_global_module_registration_hooks", "module_registration"),
+    ("_global_parameter_registration_hooks", "parameter_registration"),
+    ("_global_buffer_registration_hooks", "buffer_registration"),
 )
 GLOBAL_FLAG_DICTS: tuple[str, ...] = (
     "_global_forward_hooks_with_kwargs",
@@ -172,6 +177,26 @@ def _is_torch_module(name: object) -> bool:
     return isinstance(name, str) and (name == "torch" or name.startswith("torch."))
 
 
+# Where torch's operators live: a hook that *is* one of them (``torch.nan_to_num``, a
+# ``functools.partial(torch.clamp, ...)``, ``F.relu``) is your choice of function, never a hook
+# that torch installed for a mechanism of its own.
+_OPERATOR_MODULES = frozenset({"torch", "torch.functional", "torch.nn.functional", "torch.special",
+                               "torch.linalg", "torch.fft", "torch._tensor", "torch._ops"})
+
+
+def _is_operator(defining: object, module_name: str | None) -> bool:
+    return isinstance(defining, types.BuiltinFunctionType) or module_name in _OPERATOR_MODULES
+
+
+# torch's helpers that install hooks on your behalf, for a function of yours: their hooks are yours
+_ON_YOUR_BEHALF = ("register_multi_grad_hook.",)
+
+
+def _installed_for_you(defining: object) -> bool:
+    qualname = getattr(defining, "__qualname__", "")
+    return isinstance(qualname, str) and qualname.startswith(_ON_YOUR_BEHALF)
+
+
 def hook_owner(hook: object) -> tuple[str, str]:
     """``(owner, mechanism)`` of a hook object: who installed it, and how.
 
@@ -181,8 +206,10 @@ def hook_owner(hook: object) -> tuple[str, str]:
     or ``pytorch (torch.some.module)``. An instance of your own subclass of a pruning method
     (``torch.nn.utils.prune.BasePruningMethod``) counts as ``prune`` too: torch's pruning
     installed it and the model needs it. Anything else (your functions, lambdas, hooktutor's
-    helpers) is ``("user", "")``. It fills the owner column of :func:`list_hooks`, taught in
-    ``00_start_here.ipynb``.
+    helpers, torch's own operators used as hooks, such as ``torch.nan_to_num`` or
+    ``functools.partial(torch.clamp, min=-1, max=1)``, and the tensor hooks with which
+    ``torch.autograd.graph.register_multi_grad_hook`` runs your function) is ``("user", "")``. It fills the owner
+    column of :func:`list_hooks`, taught in ``00_start_here.ipynb``.
     """
     defining, self_cls = _unwrap(hook)
     if isinstance(defining, type):
@@ -194,7 +221,7 @@ def hook_owner(hook: object) -> tuple[str, str]:
     module_name = getattr(defining, "__module__", None)
     if module_name is None and self_cls is not None:
         module_name = self_cls.__module__
-    if not _is_torch_module(module_name):
+    if not _is_torch_module(module_name) or _is_operator(defining, module_name) or _installed_for_you(defining):
         return USER, ""
     if self_cls is not None and issubclass(self_cls, LazyModuleMixin):
         return PYTORCH, "lazy module"
@@ -393,10 +420,14 @@ def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: boo
     Lists forward pre-hooks, forward hooks (with their ``with_kwargs`` / ``always_call``
     flags), backward pre-hooks, backward hooks (full or legacy), state-dict hooks
     (``state_dict_pre``, ``state_dict``, ``load_state_dict_pre``, ``load_state_dict_post``),
-    hooks on parameters (``Tensor.register_hook`` and post-accumulate-grad hooks; a parameter
-    shared by two modules, such as tied embedding weights, is listed once, under its first
-    name) and, unless ``include_global=False``, the global module hooks that fire for every
-    module.
+    hooks on parameters and on buffers that require grad (``Tensor.register_hook`` and
+    post-accumulate-grad hooks; a parameter shared by two modules, such as tied embedding
+    weights, is listed once, under its first name) and, unless ``include_global=False``, the
+    global module hooks that fire for every module and the global registration hooks
+    (``module_registration``, ``parameter_registration``, ``buffer_registration``) that fire
+    when any module registers one. Not listed: hooks on autograd graph nodes
+    (``grad_fn.register_hook``, a parameter's ``AccumulateGrad`` node), which belong to the
+    graph, not to the model.
 
     The owner column tells your hooks (``you``: your functions, lambdas, partials, and the
     hooks of hooktutor's helpers such as ``capture``) from those PyTorch installed and the
@@ -415,10 +446,11 @@ def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: boo
     for name, mod in module.named_modules(remove_duplicate=True):
         path = name or ROOT
         rows.extend(_module_rows(path, mod))
-        for pname, param in mod.named_parameters(recurse=False):
-            if id(param) not in seen:
-                seen.add(id(param))
-                rows.extend(_tensor_rows(f"{name}.{pname}" if name else pname, param))
+        tensors = (*mod.named_parameters(recurse=False), *mod.named_buffers(recurse=False))
+        for tname, tensor in tensors:
+            if tensor is not None and id(tensor) not in seen:
+                seen.add(id(tensor))
+                rows.extend(_tensor_rows(f"{name}.{tname}" if name else tname, tensor))
     if include_global:
         rows.extend(_global_rows())
     return HookTable(rows, type(module).__name__, wrapper_prefix(module))
@@ -479,7 +511,11 @@ def _drop(model: nn.Module, row: HookRow) -> None:
         return
     if row.kind in ("tensor", "post_accumulate"):
         attr = dict((k, a) for a, k in TENSOR_HOOK_DICTS)[row.kind]
-        hooks = getattr(model.get_parameter(row.path), attr, None)
+        try:
+            tensor = model.get_parameter(row.path)
+        except AttributeError:  # a buffer that requires grad
+            tensor = model.get_buffer(row.path)
+        hooks = getattr(tensor, attr, None)
         if hooks:
             hooks.pop(row.handle_id, None)
         return

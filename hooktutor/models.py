@@ -57,7 +57,13 @@ class MLP(nn.Sequential):
             ]))
 
     def forward_with_intermediates(self, x: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The output and a dict ``name -> output`` of every layer, computed without hooks."""
+        """The output and a dict ``name -> output`` of every layer, computed without hooks.
+
+        The outputs themselves, not copies: they stay part of the autograd graph (the checks of
+        ``01_tensor_hooks.ipynb`` differentiate with respect to them), which is safe because
+        ``MLP``'s layers never write in place. Swap in ``nn.ReLU(inplace=True)`` and an entry is
+        overwritten by the next layer; ``SmallCNN``'s version returns clones for that reason.
+        """
         inter: dict[str, torch.Tensor] = {}
         for name, layer in self.named_children():
             x = layer.forward(x)  # .forward, so even hooks someone attached stay silent

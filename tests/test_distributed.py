@@ -27,8 +27,8 @@ def ranks():
     return results
 
 
-def local_grads(rank: int) -> dict[str, torch.Tensor]:
-    model = MLP(seed=0)
+def local_grads(rank: int, hidden: int = 16) -> dict[str, torch.Tensor]:
+    model = MLP(hidden=hidden, seed=0)
     x, y = distributed.local_batch(rank)
     nn.functional.cross_entropy(model(x), y).backward()
     return {name: p.grad for name, p in model.named_parameters()}
@@ -49,15 +49,70 @@ def test_ddp_gradients_are_the_average_of_the_ranks_local_gradients(ranks):
         assert torch.allclose(ranks[0]["grads"][name], (g0[name] + g1[name]) / 2, rtol=1e-5, atol=1e-7)
 
 
-def test_the_comm_hook_sees_every_gradient_once_and_changes_nothing(ranks):
+def test_the_comm_hook_sees_every_gradient_once_per_pass_and_changes_nothing(ranks):
     r = ranks[0]
-    params = dict(MLP(seed=0).named_parameters())
-    shapes = sorted(s for b in r["buckets"] for s in b["shapes"])
-    assert shapes == sorted(tuple(p.shape) for p in params.values())
-    assert sum(b["numel"] for b in r["buckets"]) == sum(p.numel() for p in params.values())
-    assert r["buckets"][-1]["last"]
-    for name in r["grads"]:
-        assert torch.equal(r["grads_comm_hook"][name], r["grads"][name])
+    params = dict(MLP(hidden=512, seed=0).named_parameters())
+    assert len(r["buckets"]) == 2  # two passes
+    for buckets in r["buckets"]:
+        shapes = sorted(s for b in buckets for s in b["shapes"])
+        assert shapes == sorted(tuple(p.shape) for p in params.values())
+        assert sum(b["numel"] for b in buckets) == sum(p.numel() for p in params.values())
+        assert [b["index"] for b in buckets] == list(range(len(buckets)))
+    g0, g1 = local_grads(0, hidden=512), local_grads(1, hidden=512)
+    for name, grad in r["grads_comm_hook"].items():
+        assert torch.allclose(grad, (g0[name] + g1[name]) / 2, rtol=1e-5, atol=1e-7)
+
+
+def test_one_bucket_on_the_first_pass_then_buckets_that_fill_past_the_cap(ranks):
+    first, second = ranks[0]["buckets"]
+    cap = ranks[0]["bucket_cap_bytes"]
+    assert cap == 2**20  # bucket_cap_mb=1
+    assert len(first) == 1  # all gradients in one bucket, whatever the cap
+    assert len(second) == 2  # rebuilt: the 1 MiB layer fc2 closes the first bucket
+    assert all(b["bytes"] >= cap for b in second[:-1]) and second[0]["bytes"] > cap
+    assert (3, 512) in second[0]["shapes"] and (512, 8) in second[-1]["shapes"]  # last layer first
+    assert ranks[1]["buckets"] == ranks[0]["buckets"]
+
+
+def test_the_first_rebuilt_bucket_has_a_cap_of_its_own_by_default(ranks):
+    mib = 2**20
+    variants = ranks[0]["bucket_variants"]
+    default, capped = variants["deep, default cap"], variants["deep, bucket_cap_mb=1"]
+    assert default["cap"] == 25 * mib and capped["cap"] == mib
+    assert [len(p) for p in default["passes"]] == [1, 2]  # not one 2 MiB bucket, under a 25 MiB cap
+    first, later = default["passes"][1]
+    assert mib <= first["bytes"] < 2 * mib and later["bytes"] > mib  # 1 MiB for the first only
+    assert [len(p) for p in capped["passes"]] == [1, 3]
+    assert all(mib <= b["bytes"] < 2 * mib for b in capped["passes"][1][:-1])
+    assert ranks[1]["bucket_variants"] == variants
+
+
+def test_find_unused_parameters_buckets_from_the_start_and_dtypes_never_share_a_bucket(ranks):
+    variants = ranks[0]["bucket_variants"]
+    unused = variants["find_unused_parameters=True"]["passes"]
+    assert len(unused[0]) == 2 and unused[1] == unused[0]  # no one-bucket first pass, no rebuild
+    assert (3, 512) in unused[0][0]["shapes"] and (512, 512) in unused[0][1]["shapes"]
+    model = distributed.SpareHead(seed=0)
+    assert sum(b["numel"] for b in unused[0]) == sum(p.numel() for p in model.parameters())
+    for passes in variants["float64 head"]["passes"]:
+        assert sorted(b["dtype"] for b in passes) == ["torch.float32", "torch.float64"]
+    (float64,) = [b for b in variants["float64 head"]["passes"][0] if b["dtype"] == "torch.float64"]
+    assert sorted(float64["shapes"]) == [(3,), (3, 16)]  # the head's gradients, alone
+
+
+def test_the_counting_allreduce_check_sees_one_bucket_then_several():
+    import importlib
+
+    # the module, not the Exercise that the package exports under the same name
+    ex = importlib.import_module("hooktutor.exercises.training_hooks.counting_allreduce")
+
+    source = ex.answer_source(ex.counting_allreduce)
+    for dtype in (torch.float32, torch.float64):
+        ranks = distributed.run(ex.ddp_worker, 2, source=source, name="counting_allreduce", dtype=dtype,
+                                passes=2, bucket_cap_mb=ex.BUCKET_CAP_MB)
+        truth = ranks[0]["truth"]
+        assert [i for i, _ in truth] == [0, 0, 1], (dtype, truth)  # pass 1: one; pass 2: two
+        assert ranks[0]["state"] == truth
 
 
 def test_fp16_compression_rounds_the_gradients_to_half_precision(ranks):
@@ -99,5 +154,5 @@ def test_the_torchrun_command_of_the_lesson_starts_the_same_worker():
                             timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
-    assert lines == [f"rank {r} of 2 (gloo): 1 buckets, module hook fired 1x, captured ['fc1', 'module.head']"
-                     for r in (0, 1)]
+    assert lines == [f"rank {r} of 2 (gloo on cpu): buckets per pass [1, 2], module hook fired 1x, "
+                     "captured ['fc1', 'module.head']" for r in (0, 1)]

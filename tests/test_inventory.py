@@ -169,6 +169,17 @@ def test_a_tied_parameter_is_listed_once_and_removed_cleanly():
     assert fired == [] and len(ht.list_hooks(net, include_global=False)) == 0
 
 
+def test_torch_operators_used_as_hooks_are_the_users():
+    model = MLP(seed=0)
+    model.fc1.weight.register_hook(functools.partial(torch.clamp, min=-0.01, max=0.01))
+    model.fc2.weight.register_hook(torch.nan_to_num)
+    model.fc1.register_forward_hook(lambda m, a, o: None)
+    model.head.register_forward_pre_hook(functools.partial(nn.functional.relu))
+    rows = ht.list_hooks(model, include_global=False)
+    assert [r.owner_label for r in rows] == ["you"] * 4
+    assert ht.remove_hooks(model) == 4 and len(ht.list_hooks(model, include_global=False)) == 0
+
+
 def test_remove_row_removes_only_that_hook():
     model = MLP(seed=0)
     keep = model.fc1.register_forward_hook(noop)
@@ -318,11 +329,11 @@ def test_user_and_pytorch_hooks_on_one_module_only_the_users_go():
 def test_backward_flag_stays_while_a_pytorch_backward_hook_remains():
     lin = nn.Linear(2, 2)
     lin.register_full_backward_hook(noop)
-    lin.register_full_backward_hook(nn.functional.relu)  # any function defined in torch counts as PyTorch's
+    lin.register_full_backward_hook(torch.utils.hooks.warn_if_has_hooks)  # stands for a hook torch installs
     removed = ht.remove_hooks(lin)
     assert removed == 1
     assert repr(removed).startswith("removed 1 hook; left 1 that PyTorch installed and the model needs "
-                                    "(pytorch (torch.nn.functional): 1 on <root>)")
+                                    "(pytorch (torch.utils.hooks): 1 on <root>)")
     assert lin._is_full_backward_hook is True
     with pytest.raises(RuntimeError, match="Cannot use both regular backward hooks and full backward hooks"):
         lin.register_backward_hook(noop)
@@ -335,7 +346,7 @@ def test_owner_column_for_user_lambdas_functions_partials_and_capture():
     model.fc1.register_forward_hook(lambda m, a, o: None)
     model.fc2.register_forward_hook(noop)
     model.head.register_forward_hook(functools.partial(noop, "tag"))
-    model.act1.register_forward_hook(functools.partial(nn.functional.relu))  # a partial of torch's
+    model.act1.register_forward_hook(functools.partial(torch.utils.hooks.warn_if_has_hooks))  # torch's
     with ht.capture(model, ["act2"]):
         table = ht.list_hooks(model)
         rows = {(r.path, r.owner, r.mechanism, r.owner_label) for r in table}
@@ -344,12 +355,12 @@ def test_owner_column_for_user_lambdas_functions_partials_and_capture():
             ("fc2", "user", "", "you"),
             ("head", "user", "", "you"),
             ("act2", "user", "", "you"),
-            ("act1", "pytorch", "pytorch (torch.nn.functional)", "pytorch (torch.nn.functional)"),
+            ("act1", "pytorch", "pytorch (torch.utils.hooks)", "pytorch (torch.utils.hooks)"),
         }
         lines = repr(table).splitlines()
         assert lines[1].split() == ["module", "kind", "function", "owner", "flags"]
         assert "<th>owner</th>" in table._repr_html_() and "<td>you</td>" in table._repr_html_()
-        assert "<td>pytorch (torch.nn.functional)</td>" in table._repr_html_()
+        assert "<td>pytorch (torch.utils.hooks)</td>" in table._repr_html_()
     ht.remove_hooks(model, include_pytorch=True)
 
 
@@ -469,3 +480,102 @@ def test_hook_ids_reports_what_is_attached_by_kind():
         for handle in (fwd, pre, tensor, post, glob):
             handle.remove()
     assert hook_ids(model.fc1, "forward") == set() and hook_ids(model.fc1.weight, "tensor") == set()
+
+
+def test_global_registration_hooks_are_listed_and_removed_only_when_asked():
+    model = MLP(seed=0)
+    fired = []
+
+    def on_buffer(module, name, buffer):
+        fired.append(name)
+
+    handles = [module_mod.register_module_module_registration_hook(noop),
+               module_mod.register_module_parameter_registration_hook(noop),
+               module_mod.register_module_buffer_registration_hook(on_buffer)]
+    try:
+        table = ht.list_hooks(model)
+        assert [(r.path, r.kind) for r in table] == [
+            ("<global>", "module_registration"), ("<global>", "parameter_registration"),
+            ("<global>", "buffer_registration")]
+        assert [r.handle_id for r in table] == [h.id for h in handles]
+        assert len(ht.list_hooks(model, include_global=False)) == 0
+        assert ht.remove_hooks(model) == 0
+        nn.Module().register_buffer("b", torch.ones(1))
+        assert fired == ["b"]
+        assert ht.remove_hooks(model, include_global=True) == 3
+        nn.Module().register_buffer("c", torch.ones(1))   # no registration hook left to fire
+        assert fired == ["b"] and len(ht.list_hooks(model)) == 0
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def test_a_registration_hook_that_stays_is_reported_by_the_leak_check():
+    before = ht.inventory.global_hook_ids()
+    h = module_mod.register_module_buffer_registration_hook(noop)
+    try:
+        assert ht.inventory.global_hook_ids() - before == {("_global_buffer_registration_hooks", h.id)}
+    finally:
+        h.remove()
+
+
+class _WithBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.register_buffer("scale", torch.ones(2, requires_grad=True))
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_tensor_hooks_on_a_buffer_that_requires_grad_are_listed_and_removed():
+    model = nn.Sequential(_WithBuffer())
+    calls = []
+    h1 = model[0].scale.register_hook(lambda grad: calls.append("tensor"))
+    h2 = model[0].scale.register_post_accumulate_grad_hook(lambda t: calls.append("post"))
+    try:
+        table = ht.list_hooks(model, include_global=False)
+        assert [(r.path, r.kind) for r in table] == [("0.scale", "tensor"), ("0.scale", "post_accumulate")]
+        model(torch.ones(1, 2)).sum().backward()
+        assert calls == ["tensor", "post"]
+        assert ht.remove_hooks(model) == 2
+        model(torch.ones(1, 2)).sum().backward()
+        assert calls == ["tensor", "post"], "the removed hooks stopped firing"
+        assert len(ht.list_hooks(model, include_global=False)) == 0
+    finally:
+        h1.remove()
+        h2.remove()
+
+
+def test_remove_row_removes_a_buffer_hook():
+    model = _WithBuffer()
+    h = model.scale.register_hook(noop)
+    try:
+        (row,) = ht.list_hooks(model, include_global=False)
+        ht.inventory.remove_row(model, row)
+        assert not model.scale._backward_hooks
+    finally:
+        h.remove()
+
+
+def test_hooks_on_graph_nodes_are_not_listed():
+    model = MLP(seed=0)
+    node = model.fc1.weight.view_as(model.fc1.weight).grad_fn.next_functions[0][0]   # AccumulateGrad
+    h = node.register_hook(noop)
+    try:
+        assert len(ht.list_hooks(model, include_global=False)) == 0
+    finally:
+        h.remove()
+
+
+def test_a_multi_grad_hook_is_the_users_and_remove_hooks_removes_it():
+    model = MLP(seed=0)
+    fired = []
+    torch.autograd.graph.register_multi_grad_hook(
+        (model.fc1.weight, model.fc2.weight), lambda grads: fired.append(1))
+    rows = ht.list_hooks(model, include_global=False)
+    assert [(r.path, r.owner_label) for r in rows] == [("fc1.weight", "you"), ("fc2.weight", "you")]
+    assert ht.remove_hooks(model) == 2
+    model(torch.ones(1, 8)).sum().backward()
+    assert fired == []

@@ -44,7 +44,8 @@ def test_learner_mode_turns_off_nbgrader_and_the_news_prompt(course, tmp_path):
     assert files["labconfig/page_config.json"] == {"disabledExtensions": {"@jupyter/nbgrader": True}}
     assert files["labconfig/default_setting_overrides.json"] == NEWS_OFF
     server = files["jupyter_server_config.json"]
-    assert server["ServerApp"]["jpserver_extensions"] == dict.fromkeys(NBGRADER_SERVER, False)
+    assert server["ServerApp"]["jpserver_extensions"] == {"jupyter_lsp": False,
+                                                          **dict.fromkeys(NBGRADER_SERVER, False)}
     assert server["LabApp"]["news_url"] is None
     assert server["LabApp"]["check_for_updates_class"].endswith("NeverCheckForUpdate")
 
@@ -61,7 +62,8 @@ def test_kernels_get_encryption_keys_so_the_terminal_is_not_filled_with_tcp_warn
 def test_instructor_mode_keeps_nbgrader_and_still_asks_nothing_about_news(course, tmp_path):
     files = read(course.write_lab_config(tmp_path / "cfg", instructor=True))
     assert files["labconfig/page_config.json"] == {"disabledExtensions": {}}
-    assert "ServerApp" not in files["jupyter_server_config.json"]
+    # the language-server extension is off in both modes (it only printed "Skipped ..." lines)
+    assert files["jupyter_server_config.json"]["ServerApp"] == {"jpserver_extensions": {"jupyter_lsp": False}}
     assert files["labconfig/default_setting_overrides.json"] == NEWS_OFF
 
 

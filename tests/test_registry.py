@@ -98,3 +98,17 @@ def test_unknown_kind_lists_the_kinds():
 def test_non_callable_hook():
     with pytest.raises(TypeError, match="the hook must be a function, got int"):
         ht.HookSet("test-callable").forward("x", nn.Linear(1, 1), 3)
+
+
+def test_a_replacement_torch_refuses_leaves_the_old_hook_in_place():
+    w = torch.ones(2, requires_grad=True)
+    hooks = ht.HookSet("test-refused")
+    try:
+        hooks.tensor("double", w, lambda g: g * 2)
+        with pytest.raises(RuntimeError, match="doesn't require gradient"):
+            hooks.tensor("double", torch.ones(2), lambda g: g * 3)  # torch refuses: no grad
+        (w * 1).sum().backward()
+        assert w.grad.tolist() == [2.0, 2.0] and len(hooks) == 1
+    finally:
+        hooks.clear()
+

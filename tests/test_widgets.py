@@ -185,14 +185,18 @@ def test_gradients_view_shows_that_zeroing_a_layer_stops_the_gradient_before_it(
     assert png_of(toggle.out) == off_png
 
 
-def test_loss_view_shows_the_loss_line_and_changes_with_the_hook(mlp):
+def test_loss_view_compares_the_loss_with_and_without_the_hook(mlp):
     model, x, y = mlp
     toggle = hook_toggle(model, x, "fc1", mode="zero", targets=y, view="loss")
+    off_loss = toggle.snapshot.loss
     off = text_of(toggle.out)
-    assert off == toggle.snapshot.loss_text() and off.startswith("loss ")
+    assert off.startswith("loss without the hook") and f"{off_loss:.4f}" in off
+    assert off not in toggle.status.value  # the view does not repeat the status line
     toggle.value = True
-    assert text_of(toggle.out) != off
-    assert f"{toggle.snapshot.loss:.4f}" in text_of(toggle.out)
+    on = text_of(toggle.out)
+    assert f"{toggle.snapshot.loss:.4f}" in on and f"without it: {off_loss:.4f}" in on
+    assert f"change {toggle.snapshot.loss - off_loss:+.4f}" in on
+    toggle.close()
 
 
 def test_views_are_filled_from_the_kernel_and_nothing_is_printed(mlp, capsys):

@@ -108,3 +108,14 @@ def test_the_command_line(course, capsys):
     with pytest.raises(SystemExit):
         workbook.main([str(folder), "--source", str(source / "missing")])
     assert "no notebooks folder" in capsys.readouterr().err
+
+
+def test_the_lessons_written_are_trusted_so_the_server_does_not_log_each_one(course, tmp_path, monkeypatch):
+    from nbformat.sign import NotebookNotary
+
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "jupyter-data"))  # its signature database
+    source, folder = course
+    workbook.sync(folder, source)
+    notary = NotebookNotary()
+    assert notary.check_signature(nbformat.read(folder / LESSON, as_version=4))
+    notary.store.close()

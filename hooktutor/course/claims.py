@@ -351,9 +351,11 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="encoder-fastpath-off-with-hooks",
         kind="behaviour",
-        lessons=("10_transformer_hooks",),
-        where="section 5 (the fast path: what a hook on a submodule, on the layer and a global hook see) and "
-              "the prediction 'which hooks fire on the fast path'",
+        lessons=("02_forward_hooks", "10_transformer_hooks"),
+        where="02: the claim 'a hook sees every step of the forward pass' (what a global hook sees in "
+              "`TransformerEncoderLayer`, with and without a hook on a submodule); 10: section 5 (the fast "
+              "path: what a hook on a submodule, on the layer and a global hook see) and the prediction "
+              "'which hooks fire on the fast path'",
         before="a `TransformerEncoderLayer` in eval mode under `no_grad`/`inference_mode` takes the fused fast path "
                "(`torch._transformer_encoder_layer_fwd`) whatever hooks its submodules carry: a forward hook on "
                "`self_attn` or `linear1` never fires",

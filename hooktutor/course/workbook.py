@@ -78,6 +78,18 @@ def _read_manifest(folder: Path) -> dict[str, dict[str, str]]:
     return files if isinstance(files, dict) else {}
 
 
+def _trust(data: bytes) -> None:
+    """Mark a lesson we wrote as trusted, as Jupyter marks a notebook you saved yourself: else
+    the server logs "Notebook ... is not trusted" for every lesson the learner opens."""
+    try:
+        import nbformat
+        from nbformat.sign import NotebookNotary
+
+        NotebookNotary().sign(nbformat.reads(data.decode("utf-8"), as_version=4))
+    except Exception:  # noqa: BLE001 - a signature database we cannot write only costs a log line
+        pass
+
+
 def sync(folder: Path, source: Path) -> SyncReport:
     """Bring the workbook ``folder`` up to date with the lessons in ``source`` (see the module
     docstring); never overwrite a lesson the learner has changed."""
@@ -108,6 +120,7 @@ def sync(folder: Path, source: Path) -> SyncReport:
             report.updated.append(name)
         target.write_bytes(new)
         manifest[name] = {"written": new_digest}
+        _trust(new)
     (folder / MANIFEST).write_text(json.dumps({"files": manifest}, indent=1, sort_keys=True) + "\n",
                                    encoding="utf-8")
     return report

@@ -89,7 +89,10 @@ def _fmt(value: Any) -> str:
         return repr(t).replace("\n", " ")
     if isinstance(value, str):
         return value
-    return repr(value)
+    if isinstance(value, torch.nn.Module):   # its repr lists every layer: the type says enough
+        return f"a {type(value).__name__} (an nn.Module)"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 # The hooks a Tester puts on every tracked model, standing for the caller's own hooks: an answer
@@ -174,6 +177,7 @@ class Tester:
             return
         names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
         said = "None (nothing was returned)" if got is None else f"a {type(got).__name__}"
+        nudge = nudge[:1].upper() + nudge[1:]
         raise Mismatch(what, f"a {names}", got, f"{what} is {said}, but should be a {names}. {nudge}".strip())
 
     def expect_close(self, got: Any, expected: torch.Tensor, *, what: str, nudge: str,
@@ -190,13 +194,21 @@ class Tester:
         if got.shape != expected.shape:
             raise Mismatch(what, expected, got, f"the shape is {tuple(got.shape)} but should be "
                                                 f"{tuple(expected.shape)}. {nudge}")
-        if torch.allclose(got.detach().float(), expected.float(), atol=atol, rtol=rtol):
+        if _close(got, expected, atol, rtol):
             return
         for value, special in (wrong or {}).values():
-            if isinstance(value, torch.Tensor) and value.shape == got.shape and \
-                    torch.allclose(got.detach().float(), value.float(), atol=atol, rtol=rtol):
+            if isinstance(value, torch.Tensor) and value.shape == got.shape and _close(got, value, atol, rtol):
                 raise Mismatch(what, expected, got, special)
         raise Mismatch(what, expected, got, nudge)
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> bool:
+    """allclose in the wider of the two dtypes (float32 at least): a float64 case's tight
+    tolerance must not be lost to a comparison in float32."""
+    common = torch.promote_types(got.dtype, expected.dtype)
+    if not common.is_floating_point or torch.finfo(common).bits < 32:
+        common = torch.float32
+    return torch.allclose(got.detach().to(common), expected.detach().to(common), atol=atol, rtol=rtol)
 
 
 @dataclass

@@ -544,3 +544,35 @@ class LeftAsFound:
                               "the .grad your backward() filled (model.zero_grad(set_to_none=True)), and "
                               "remove the hooks you put on the optimizer"))
 
+
+
+class TensorHookWatch:
+    """Dimension ``technique`` for tasks that ask for a tensor hook on a layer's output: the check's
+    own forward hook on ``layer``, attached before the answer's, puts a tensor hook on the layer's
+    output and, when backward reaches it, counts the other tensor hooks registered on that same
+    tensor (version): the answer's. An answer that gets the gradient another way (a full backward
+    hook, ``torch.autograd.grad`` on a kept output, ``retain_grad``) leaves none. Removed on exit.
+    Used by ``05_inplace_relu_pitfall`` (pre_relu_grad) and ``07_capstone`` (grad_cam)."""
+
+    def __init__(self, layer: nn.Module):
+        self.layer, self.reached, self.others = layer, 0, 0
+
+    def __enter__(self) -> TensorHookWatch:
+        def on_output(module, args, output):
+            if not (isinstance(output, torch.Tensor) and output.requires_grad):
+                return
+            handle = output.register_hook(lambda grad: self._count(handle))
+        self.handle = self.layer.register_forward_hook(on_output)
+        return self
+
+    def _count(self, handle: Any) -> None:
+        self.reached += 1
+        hooks = handle.hooks_dict_ref()   # the hooks of the version the check's hook sits on
+        self.others += len([key for key in hooks if key != handle.id]) if hooks is not None else 0
+
+    def expect_tensor_hook(self, t: Any, name: str, nudge: str) -> None:
+        t.expect(self.reached == 0 or self.others > 0, what=f"tensor hooks on the output of {name!r}",
+                 expected="yours, when backward reached it", got="none", nudge=nudge)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.handle.remove()

@@ -63,6 +63,12 @@ def buffers_kept(model: nn.Module) -> Iterator[None]:
                 b.copy_(value)
 
 
+def left_aligned(inner: str) -> str:
+    """A status line's HTML: left-aligned when it wraps (an ipywidgets HTML next to a checkbox
+    centres its second line otherwise), with room between the lines."""
+    return f"<div style='text-align:left;line-height:1.4'>{inner}</div>"
+
+
 def checkbox_view(description: str, value: bool, css: str, *, side_by_side: bool) -> tuple[Any, Any, Any, Any]:
     """The parts of a one-checkbox widget: ``(checkbox, status HTML, view Output, container)``."""
     w = ipw()

@@ -23,7 +23,7 @@ from torch import nn
 from ..inventory import reset_backward_flag
 from ..models import inplace_modules, set_inplace
 from ..selection import check_model, get_layer
-from ._base import CheckboxWidget, buffers_kept, call_model
+from ._base import CheckboxWidget, buffers_kept, call_model, left_aligned
 from ._render import PngView, show_activation
 
 
@@ -136,7 +136,7 @@ class InplaceSwitch(CheckboxWidget):
             return
         self.outcome, stored = probe(self.model, self.inputs, self.layer)
         lines = self.outcome.text().split(" · ")
-        self.status.value = "<br>".join(html.escape(line) for line in lines)
+        self.status.value = left_aligned("<br>".join(html.escape(line) for line in lines))
         show_activation(self._view, f"{self.layer} as stored by the hook", stored)
 
     def _cleanup(self) -> None:

@@ -19,7 +19,7 @@ from torch import nn
 
 from ..inventory import list_hooks
 from ..selection import check_model
-from ._base import CheckboxWidget
+from ._base import CheckboxWidget, left_aligned
 from ._render import PngView, fingerprint, style
 
 
@@ -124,8 +124,9 @@ class EmaToggle(CheckboxWidget):
         if "EMA" in self.losses:
             text += f", EMA {self.losses['EMA'][-1]:.4f}"
         self.status_text = text
-        self.status.value = (f"<span class='hooktutor-loss'>{html.escape(text)}</span>"
-                             f" <small>({n} step post-hook{'s' if n != 1 else ''} on the optimizer)</small>")
+        self.status.value = left_aligned(
+            f"<span class='hooktutor-loss'>{html.escape(text)}</span>"
+            f" <small>({n} step post-hook{'s' if n != 1 else ''} on the optimizer)</small>")
         self._view.show(fingerprint("ema", self.losses), self._draw, "loss per step")
 
     def _draw(self) -> bytes:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..selection import check_model
-from ._base import HookWidget, ipw
+from ._base import HookWidget, ipw, left_aligned
 from ._render import PngView, fingerprint, style
 
 NO_PATCH = "(no patch)"
@@ -187,7 +187,7 @@ class PatchPicker(HookWidget):
         back = "undefined (the clean and corrupted runs answer alike)" if self.recovery != self.recovery \
             else f"{self.recovery:.0%} (mean over {len(logits)} pairs)"
         self.status_text = f"{what} · clean answer back: {back}"
-        self.status.value = f"<span class='hooktutor-recovery'>{html.escape(self.status_text)}</span>"
+        self.status.value = left_aligned(f"<span class='hooktutor-recovery'>{html.escape(self.status_text)}</span>")
         title = (f"last position, example {i}:\nclean answer {int(self.right[i])}, "
                  f"corrupted {int(self.wrong[i])}")
         rows = [self.logits[k] for k in _LogitBars.SERIES]

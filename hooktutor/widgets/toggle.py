@@ -10,7 +10,7 @@ from torch import nn
 
 from ..inventory import list_hooks
 from ..selection import check_model, get_layer, select_layers
-from ._base import CheckboxWidget
+from ._base import CheckboxWidget, left_aligned
 from ._compute import Snapshot, run
 from ._modes import DESCRIPTIONS, attach, check_mode, check_scale
 from ._render import PngView, show_activation, show_gradients
@@ -74,8 +74,9 @@ class HookToggle(CheckboxWidget):
         if self.observed.get(self.layer):
             o = self.observed[self.layer]
             self.loss_text += f" · observed mean {o['mean']:.4f}, zeros {o['zeros']:.0%}"
-        self.status.value = (f"<span class='hooktutor-loss'>{html.escape(self.loss_text)}</span>"
-                             f" <small>({n} hook{'s' if n != 1 else ''} on {html.escape(self.layer)})</small>")
+        self.status.value = left_aligned(
+            f"<span class='hooktutor-loss'>{html.escape(self.loss_text)}</span>"
+            f" <small>({n} hook{'s' if n != 1 else ''} on {html.escape(self.layer)})</small>")
         if snap.error is not None:
             self._view.text(snap.error)
         elif self.view == "histogram" and self.layer in snap.activations:
@@ -83,7 +84,18 @@ class HookToggle(CheckboxWidget):
         elif self.view == "gradients":
             show_gradients(self._view, self.grad_layers, snap.grad_norms)
         else:
-            self._view.text(snap.loss_text())
+            self._view.text(self._loss_comparison(snap))
+
+    def _loss_comparison(self, snap: Any) -> str:
+        """The loss view: the loss with the hook against the loss without it (the status line
+        already has the rest)."""
+        if not self.value:
+            self._loss_off = snap.loss
+            return f"loss without the hook: {snap.loss:.4f}; tick the box to compare"
+        off = getattr(self, "_loss_off", None)
+        if off is None:
+            return f"loss with the hook: {snap.loss:.4f}"
+        return f"loss with the hook: {snap.loss:.4f} · without it: {off:.4f} · change {snap.loss - off:+.4f}"
 
     def _short(self) -> str:
         return f"HookToggle({self.layer}, mode={self.mode!r}, {'on' if self.value else 'off'})"

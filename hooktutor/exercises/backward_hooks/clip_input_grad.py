@@ -4,7 +4,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - technique: the legacy ``register_backward_hook`` (on a ``Linear`` its ``grad_input`` holds the
   layer's own bias and weight gradients, so they get clamped too); returns a bare tensor instead
-  of a tuple with one entry per entry of ``grad_input``; clamps only the upper side;
+  of a tuple with one entry per entry of ``grad_input``; clamps only the upper side; attaches no
+  backward hook at all: a forward pre-hook that puts a tensor hook clamping the gradient on each
+  input (the right numbers, another technique: ``FullHookWitness`` sees no full backward hook);
 - alias: clamps ``grad_input`` in place (``clamp_``): a pass-through layer (a Dropout in eval
   mode) on a residual branch hands back the very tensor the skip connection also receives, so
   the skip's gradient is clamped too;
@@ -29,7 +31,7 @@ from ...data import blobs
 from ...models import MLP, TwoInputNet, seeded
 from .. import kit
 from ..core import Exercise, Tester
-from ._shared import _quiet
+from ._shared import FullHookWitness, _quiet
 
 
 def clip_input_grad(layer, max_abs):
@@ -79,7 +81,8 @@ exercise = Exercise(
     gradients, so the layer's own gradients change; clamping `None` entries (keep them `None`);
     clamping only `grad_input[0]` of a module with two inputs; clamping in place with `clamp_`,
     which also clamps the gradient of a skip connection when the layer passes its gradient
-    through unchanged (a Dropout in eval mode on a residual branch).""",
+    through unchanged (a Dropout in eval mode on a residual branch); clamping with tensor hooks that a
+    forward pre-hook puts on the inputs, without any backward hook (the check sees which hook ran).""",
 )
 
 
@@ -109,7 +112,8 @@ def _(answer, t: Tester) -> None:
         handle = _handle_of(answer, t, model.fc2, limit)
         try:
             attached = kit.hook_count(model.fc2)
-            model(x).sum().backward()
+            with FullHookWitness({"fc2": model.fc2}) as witness:
+                model(x).sum().backward()
         finally:
             handle.remove()
     t.expect(attached == 1, what="hooks on fc2 after one clip_input_grad(model.fc2, max_abs)", expected=1,
@@ -129,6 +133,12 @@ def _(answer, t: Tester) -> None:
                    wrong={"upper only": (upper_only.fc1.weight.grad, (
                        "only the upper side was clamped: the negative entries must be clamped to -max_abs "
                        "too, g.clamp(-max_abs, max_abs)"))})
+    t.expect(witness.fired("fc2", "backward") == 1 and not witness.legacy["fc2"],
+             what="a full backward hook on fc2 while the model ran", expected="one full backward hook",
+             got="a legacy register_backward_hook" if witness.legacy["fc2"] else "no backward hook", nudge=(
+                 "the gradients are right, but no full backward hook clamped them: the task is a hook "
+                 "attached with layer.register_full_backward_hook, which receives grad_input and returns "
+                 "the clamped tuple (tensor hooks on the inputs are another technique)"))
 
 
 @exercise.case("a module with two tensor inputs a and b, both requiring grad", hidden=True)
@@ -321,3 +331,17 @@ def _in_place(layer, max_abs):
     def hook(module, grad_input, grad_output):
         return tuple(None if g is None else g.clamp_(-max_abs, max_abs) for g in grad_input)
     return layer.register_full_backward_hook(hook)
+
+
+@exercise.wrong("no backward hook: a forward pre-hook puts a clamping tensor hook on each input",
+                mentions="register_full_backward_hook")
+def _tensor_hooks_instead(layer, max_abs):
+    def pre_hook(module, args):
+        new = []
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.requires_grad and torch.is_grad_enabled():
+                a = a.view_as(a)  # a node of its own, so the caller's tensor gets no hook
+                a.register_hook(lambda g: g.clamp(-max_abs, max_abs))
+            new.append(a)
+        return tuple(new)
+    return layer.register_forward_pre_hook(pre_hook)

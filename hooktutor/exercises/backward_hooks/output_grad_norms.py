@@ -16,7 +16,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   ``x`` require grad to silence the warning about inputs that do not;
 - a subclass of ``nn.Linear`` skipped (``type(m) is nn.Linear``);
 - late binding: one name for every hook (the loop variable read when the hook fires);
-- a wrong type: forgets to return the dict.
+- a wrong type: forgets to return the dict; stores ``grad_output[0].norm()``, a 0-dim tensor, where
+  the task asks for a float.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ exercise = Exercise(
     `type(m) is nn.Linear`, which misses subclasses; zeroing the model's gradients, or making `x`
     require grad to silence the warning (the caller's objects are left as found); the legacy
     `register_backward_hook`, which gives the same numbers on a `Linear` and is caught by the kind of
-    hook the check sees.""",
+    hook the check sees; storing `grad_output[0].norm()`, a 0-dim tensor, where the task asks for a
+    float (`.item()`).""",
 )
 
 
@@ -123,8 +125,10 @@ def _check_norms(answer, t: Tester, model: nn.Module, x, what: str) -> None:
                     "one entry per nn.Linear, keyed by its name from model.named_modules()"))
     for name, value in expected.items():
         g = got[name]
-        g = float(g) if isinstance(g, (float, int)) or (hasattr(g, "numel") and g.numel() == 1) else g
-        ok = isinstance(g, float) and abs(g - value) <= 1e-4 * abs(value) + 1e-12
+        t.expect_type(g, float, what=f"{what}[{name!r}]", nudge=(
+            "store each norm as a Python float, grad_output[0].norm().item(): a 0-dim tensor is not a "
+            "float (it keeps its tensor type, its device and its dtype)"))
+        ok = abs(g - value) <= 1e-4 * abs(value) + 1e-12
         t.expect(ok, what=f"{what}[{name!r}]", expected=round(value, 6) if value > 1e-4 else value,
                  got=g, nudge="store grad_output[0].norm().item(): grad_output[0] is the gradient "
                               "with respect to the layer's output (grad_input is about its input)")
@@ -187,13 +191,14 @@ def _(answer, t: Tester) -> None:
 # -- the wrong answers peculiar to this exercise -------------------------------------------------
 
 def _norms(*, read="output", walk="modules", bind="early", register="full", remove="finally",
-           select="isinstance", prepare=None):
+           select="isinstance", prepare=None, convert=True):
     """One factory for the near-copy wrong answers: which gradient is read ("output": grad_output,
     "input": grad_input), which modules are walked ("modules", "children"), whether each hook
     gets its own name ("early") or reads the loop variable when it fires ("late"), which hook is
     registered ("full", "legacy"), how the hooks are removed ("finally", "after", "never"), how a
     Linear is recognised ("isinstance", "type": type(m) is nn.Linear) and what is done to the model
-    or x first or last ("zero_grad": before, "zero_after": after, "requires_grad": x)."""
+    or x first or last ("zero_grad": before, "zero_after": after, "requires_grad": x), and whether the
+    norm is converted to a float (``convert``: ``.item()``) or kept as a 0-dim tensor."""
     def answer(model, x):
         norms, handles = {}, []
         if prepare == "zero_grad":
@@ -202,7 +207,8 @@ def _norms(*, read="output", walk="modules", bind="early", register="full", remo
             x.requires_grad_()
 
         def record(name, grad_input, grad_output):
-            norms[name] = (grad_output if read == "output" else grad_input)[0].norm().item()
+            norm = (grad_output if read == "output" else grad_input)[0].norm()
+            norms[name] = norm.item() if convert else norm
 
         items = model.named_modules() if walk == "modules" else model.named_children()
         for name, module in items:
@@ -266,6 +272,10 @@ def _tensor_hooks_instead(model, x):
         for h in handles:
             h.remove()
     return norms
+
+
+exercise.wrong("stores 0-dim tensors, not floats: grad_output[0].norm() without .item()",
+               mentions="Python float")(_norms(convert=False))
 
 
 @exercise.wrong("forgets to return the dict", mentions="None (nothing was returned)")

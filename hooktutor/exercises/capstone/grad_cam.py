@@ -167,7 +167,8 @@ def _check_grad_cam(answer, t: Tester, model: nn.Sequential, layer: nn.Module, x
                             "the activation you kept was overwritten by the in-place ReLU that follows the "
                             "layer: output.detach() shares its memory; keep output.detach().clone()")
     before = _grads(model)
-    with torch.no_grad() if under_no_grad else contextlib.nullcontext(), kit.LeftAsFound(t, model):
+    with torch.no_grad() if under_no_grad else contextlib.nullcontext(), kit.LeftAsFound(t, model), \
+            kit.TensorHookWatch(layer) as hooks:
         got = answer(model, layer, x, target)
     if isinstance(got, torch.Tensor) and got.shape != expected.shape and got.dim() == 4 and got.shape[1] == 1:
         t.expect(False, what=what, expected=expected, got=got,
@@ -181,6 +182,10 @@ def _check_grad_cam(answer, t: Tester, model: nn.Sequential, layer: nn.Module, x
                    "you kept, without tensors of your own in another dtype")
     kit.expect_detached(t, got, what=what)
     _expect_grads_as_found(t, model, before)
+    hooks.expect_tensor_hook(t, "the layer", (
+        "the map is right, but no tensor hook of yours was on the layer's output: the task is to get the "
+        "gradient with output.register_hook(...) inside the layer's forward hook (not with "
+        "torch.autograd.grad on a kept output, nor a full backward hook)"))
 
 
 def _grads(model: nn.Module) -> dict[str, torch.Tensor | None]:
@@ -336,3 +341,22 @@ exercise.wrong("keeps output.detach() without clone", mentions="overwritten by t
     _cam(keep="detach"))
 exercise.wrong("removes the forward hook after model(x), not in a finally:", mentions="still attached",
                hidden=True)(_cam(remove="after"))
+
+
+@exercise.wrong("gets the gradient with torch.autograd.grad on a kept output, no tensor hook",
+                mentions="no tensor hook of yours")
+def _autograd_grad_instead(model, layer, x, target):
+    saved = {}
+
+    def keep(module, args, output):
+        saved["out"] = output
+        return output.clone()   # later in-place ops write into the clone
+
+    was_training = model.training
+    with torch.enable_grad(), layer.register_forward_hook(keep):
+        logits = model(x)
+    score = logits[torch.arange(len(x)), target].sum()
+    (grad,) = torch.autograd.grad(score, saved["out"])
+    model.train(was_training)
+    act = saved["out"].detach()
+    return F.relu((grad.mean(dim=(2, 3))[:, :, None, None] * act).sum(dim=1))

@@ -11,6 +11,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - dtype: a float32 mask for a bfloat16 layer turns the output float32, and the next layer refuses it;
 - repeat: builds the mask from the first output it sees and reuses it, so the same hook fails on
   an output of another size;
+- the arithmetic: multiplies by a 0/1 mask, which turns an ``inf`` (or ``nan``) in an ablated unit
+  into ``nan`` (``inf * 0``), not 0;
 - the indices: ``new[:, units]`` with ``units`` a set (torch indexes with sequences only); keeps the
   complement ``[i for i in range(C) if i not in units]``, which misses a negative index.
 """
@@ -39,7 +41,7 @@ def ablate_units(units):
 
 _IN_PLACE = ("you edited the tensor the hook received in place. That can break backward (a "
              "Sigmoid or ReLU saved that very tensor) or change the caller's tensor; build a new "
-             "tensor (clone() first, or multiply by a mask) and return it")
+             "tensor (clone() first, then zero the units of the clone) and return it")
 
 
 _DATA = ("you changed the values through .data, behind autograd's back: the forward pass sees "
@@ -66,7 +68,8 @@ exercise = Exercise(
           "(indices along dimension 1: features of a Linear, channels of a Conv2d) of the layer's "
           "output; units is a list, tuple or set of indices (a negative index counts from the end, as "
           "in Python). The hook returns a new tensor of the output's dtype, leaves the one it received "
-          "unchanged, works for every call of the layer, and backward must still work"),
+          "unchanged, works for every call of the layer, and backward must still work; an ablated unit "
+          "is 0 even where the output held inf or nan"),
     hints=[
         "ablate_units is a factory: inside it, define hook(module, args, output) and return hook "
         "(the function itself, without calling it).",
@@ -78,8 +81,9 @@ exercise = Exercise(
     solution=ablate_units,
     errors={"modified by an inplace operation": _SAVED,
             "must match the size of tensor b": (
-                "your mask did not line up with dimension 1 of this (N, C, L) output: shape it "
-                "(1, C, 1, ...) for every number of dimensions, or zero output.clone()[:, units]"),
+                "your mask did not line up with dimension 1 of this (N, C, L) output; and a mask "
+                "also turns an inf into nan (inf * 0): zero the units of a clone instead, "
+                "new = output.clone(); new[:, list(units)] = 0"),
             "infer dtype of set": (
                 "units may come as a set, which torch.tensor() does not take: make a list first, "
                 "list(units)"),
@@ -88,8 +92,8 @@ exercise = Exercise(
                 "new[:, list(units)]"),
             "must have the same dtype": (
                 "your hook returned a tensor of another dtype than the layer's output (a float32 mask "
-                "turns a bfloat16 output into float32), and the next layer refused it: build the mask "
-                "with dtype=output.dtype, or zero a clone")},
+                "turns a bfloat16 output into float32), and the next layer refused it: zero the units "
+                "of a clone, which keeps the dtype (a mask would need dtype=output.dtype)")},
     guide="""assigning `output = ...` inside the hook and returning nothing (the original output is
     kept); zeroing the units in place, which can break backward (a Sigmoid or ReLU saved
     that very tensor) or change the caller's tensor; editing `output.data`, which changes
@@ -97,8 +101,8 @@ exercise = Exercise(
     changed; zeroing the last dimension instead of dimension 1 (the channels of an `(N, C,
     H, W)` output). The check also catches a float32 mask on a bfloat16 layer (the next layer
     refuses the float32 output), a mask built from the first output and reused (the next call has
-    another size), `new[:, units]` with a set of units, and a kept-units list that misses a negative
-    index.""",
+    another size), any 0/1 mask on an output holding `inf` (`inf * 0` is `nan`, not 0),
+    `new[:, units]` with a set of units, and a kept-units list that misses a negative index.""",
 )
 
 
@@ -221,8 +225,9 @@ def _(answer, t: Tester) -> None:
     t.expect_type(result, torch.Tensor, what="what your hook returned", nudge=_REBIND)
     t.expect(result.dtype == torch.bfloat16, what="the dtype of what your hook returned",
              expected="torch.bfloat16", got=result.dtype, nudge=(
-                 "the layer's output is bfloat16, and so must be what replaces it: build a mask with "
-                 "dtype=output.dtype, or zero a clone (new = output.clone(); new[:, list(units)] = 0)"))
+                 "the layer's output is bfloat16, and so must be what replaces it: zero a clone "
+                 "(new = output.clone(); new[:, list(units)] = 0), which keeps the dtype (a mask would "
+                 "need dtype=output.dtype)"))
     handle = net[0].register_forward_hook(answer([1]))
     try:
         got = net(x)
@@ -274,6 +279,21 @@ def _(answer, t: Tester) -> None:
         t.expect_close(got, expected, what=f"the Linear's output with {what}", nudge=(
             "units is any collection of indices, and an index counts from the end when it is negative, "
             "as in Python: zero new[:, list(units)], which takes both"))
+
+
+@exercise.case("an output holding inf and nan: the ablated units become 0", hidden=True)
+def _(answer, t: Tester) -> None:
+    inf, nan = float("inf"), float("nan")
+    out = torch.tensor([[1.0, inf, 2.0, -inf], [nan, 3.0, -inf, 4.0]])
+    result = answer([1, 2])(nn.Identity(), (out,), out.clone())
+    t.expect_type(result, torch.Tensor, what="what your hook returned", nudge=_REBIND)
+    expected = torch.tensor([[1.0, 0.0, 0.0, -inf], [nan, 0.0, 0.0, 4.0]])
+    same = result.shape == expected.shape and torch.equal(result.isnan(), expected.isnan()) and bool(
+        (result[~expected.isnan()] == expected[~expected.isnan()]).all())
+    t.expect(same, what="ablate_units([1, 2]) on an output holding inf and nan", expected=expected,
+             got=result, nudge=(
+                 "an ablated unit must be 0 whatever it held: a 0/1 mask gives inf * 0 = nan and "
+                 "nan * 0 = nan. Zero the units of a clone: new = output.clone(); new[:, list(units)] = 0"))
 
 
 # -- the wrong answers peculiar to this exercise -------------------------------------------------
@@ -335,3 +355,5 @@ exercise.wrong("multiplies by a mask shaped for 2-D and 4-D outputs only", menti
 exercise.wrong("multiplies by a float32 mask", mentions="dtype=output.dtype")(_masker(dtype=torch.float32))
 exercise.wrong("builds the mask from the first output and keeps it", mentions="keep nothing from the first call")(
     _masker(cache=True))
+exercise.wrong("multiplies by a 0/1 mask in the output's dtype", mentions="inf * 0 = nan", hidden=True)(
+    _masker())

@@ -10,7 +10,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   be the model); an arithmetic clamp with a 0/1 mask (``inf * 0`` is ``nan``);
 - detached: runs the model under ``torch.no_grad()`` or returns ``model(x).detach()``: the result
   has no graph, so backward through it fails;
-- left_as_found: switches the model to ``eval()`` and leaves it there;
+- left_as_found: switches the model to ``eval()`` and leaves it there, or calls ``model.train()``
+  afterwards, which hands an eval-mode model back in train mode;
 - twice: a hook that removes itself when it first fires clamps only the first of two calls;
 - nested, repeat: a layer deep inside the model; the same answer twice in a row;
 - a wrong type: forgets to return ``model(x)``.
@@ -60,18 +61,19 @@ exercise = Exercise(
     `clamp(max=v)`). The check also catches running the model under `torch.no_grad()` or
     returning `model(x).detach()` (backward through the result fails), `clamp_` on a Sigmoid's
     output (backward fails), `model.forward(x)` (the model's own hooks never fire, so clamping the
-    model itself does nothing), switching the model to `eval()`, and an arithmetic clamp with a
+    model itself does nothing), switching the model to `eval()` or back to `train()` (an eval-mode
+    model must stay in eval mode), and an arithmetic clamp with a
     0/1 mask (an `inf` becomes `nan`).""",
 )
 
 
-def _mlp_case(answer, t: Tester, max_value: float) -> None:
-    model = t.track(MLP(seed=4), "the MLP")
+def _mlp_case(answer, t: Tester, max_value: float, mode: str = "train") -> None:
+    model = t.track(MLP(seed=4).train(mode == "train"), "the MLP")
     x = torch.linspace(-2, 2, 24).view(3, 8)
     hidden = model.fc1(x).clamp(max=max_value)
     expected = model.head(model.act2(model.fc2(model.act1(hidden)))).detach()
     plain = model.forward_with_intermediates(x)[0].detach()
-    with kit.LeftAsFound(t, model, name="the MLP (in train mode)"):
+    with kit.LeftAsFound(t, model, name=f"the MLP (in {mode} mode)"):
         got = answer(model, x, model.fc1, max_value)
     t.expect_type(got, torch.Tensor, what=f"clamped_output(model, x, model.fc1, {max_value})",
                   nudge="return what model(x) returns (return model(x) inside the try: block)")
@@ -91,10 +93,10 @@ def _(answer, t: Tester) -> None:
     _mlp_case(answer, t, 0.5)
 
 
-@exercise.case("an MLP, fc1 clamped at -0.25, twice in a row")
+@exercise.case("an MLP in eval mode, fc1 clamped at -0.25, twice in a row")
 def _(answer, t: Tester) -> None:
-    _mlp_case(answer, t, -0.25)
-    _mlp_case(answer, t, -0.25)
+    _mlp_case(answer, t, -0.25, mode="eval")
+    _mlp_case(answer, t, -0.25, mode="eval")
 
 
 @exercise.case("a layer that returns its input itself (nn.Identity), an inf in x: x must not change")
@@ -198,13 +200,13 @@ def _(answer, t: Tester) -> None:
 
 # -- the wrong answers peculiar to this exercise -------------------------------------------------
 
-def _clamper(*, hook="clamp", remove="finally", run="call", eval_mode=False):
+def _clamper(*, hook="clamp", remove="finally", run="call", eval_mode=False, train_after=False):
     """One factory for the near-copy wrong answers: what the hook does ("clamp", "clamp_": in place,
     "rebind": assigns and returns nothing, "min": clamp(output, v), "mask": output * (1 - over) +
     v * over), how it goes ("finally", "with": the handle as a context manager, "after": not in a
     finally block, "never", "self": the hook removes itself when it first fires), how the model
-    runs ("call", "forward": model.forward(x), "no_grad", "detach", "no_return"), and whether the
-    model is switched to eval() first."""
+    runs ("call", "forward": model.forward(x), "no_grad", "detach", "no_return"), whether the
+    model is switched to eval() first, and whether it is switched to train() afterwards."""
     def answer(model, x, layer, max_value):
         def body(module, args, output):
             if remove == "self":
@@ -240,6 +242,8 @@ def _clamper(*, hook="clamp", remove="finally", run="call", eval_mode=False):
                 return forward()
             finally:
                 handle.remove()
+                if train_after:
+                    model.train()
         out = forward()
         if remove == "after":
             handle.remove()
@@ -262,6 +266,7 @@ exercise.wrong("runs the model under torch.no_grad()", mentions="no torch.no_gra
 exercise.wrong("returns model(x).detach()", mentions="no .detach()")(_clamper(run="detach"))
 exercise.wrong("runs model.forward(x)", mentions="skips them", hidden=True)(_clamper(run="forward"))
 exercise.wrong("switches the model to eval()", mentions="as you found it")(_clamper(eval_mode=True))
+exercise.wrong("calls model.train() afterwards", mentions="as you found it")(_clamper(train_after=True))
 exercise.wrong("clamps with a 0/1 mask", mentions="nan")(_clamper(hook="mask"))
 
 

@@ -4,13 +4,16 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - technique: returns a single tensor or a list (torch wraps it into a 1-tuple and drops the other
   arguments); keeps only ``args[1:2]``, which drops a third argument; scales every argument;
-  detaches the scaled argument (backward never reaches the caller's tensor);
+  detaches the scaled argument, or the others (backward never reaches the caller's tensor);
 - inplace_after: ``args[0].mul_(factor)`` changes the caller's tensor;
 - dtype: ``args[0].float()`` hands a float32 tensor to a float64 module, which refuses it;
+  ``args[0] * torch.tensor([factor])`` turns a bfloat16 argument into float32 and a 0-dim one into
+  shape (1,);
 - twice, repeat: scales only the first call of the hook, so a module called twice in one forward
   gets its second input unscaled;
 - the arithmetic: divides by ``1 / factor`` (``factor=0`` divides by zero); leaves a first argument
-  that is a plain number alone.
+  that is a plain number alone; for ``factor=0`` returns a new ``torch.zeros_like(args[0])``, which
+  gives the right values but no gradient (``a.grad`` stays ``None`` instead of zeros).
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ exercise = Exercise(
     task=("write scale_first(factor) that returns a forward pre-hook which multiplies the first "
           "positional argument of the module by factor and passes every other argument through "
           "unchanged (there may be one, two, three or more), without modifying the caller's tensors, on "
-          "every call of the module; the first argument may be a tensor of any floating dtype or a plain number, "
-          "and factor may be 0; gradients still flow back through the scaled argument"),
+          "every call of the module; the first argument may be a tensor of any floating dtype and shape (both "
+          "kept) or a plain number, "
+          "and factor may be 0; gradients still flow back through every argument"),
     hints=[
         "A forward pre-hook is hook(module, args); args is the tuple of positional arguments, and "
         "what the hook returns replaces it.",
@@ -56,13 +60,17 @@ exercise = Exercise(
             "dividing by 1 / factor"),
         "must have the same dtype": (
             "your pre-hook handed the module a tensor of another dtype than the caller's (a float32 "
-            "tensor for a float64 module): multiply args[0] itself, args[0] * factor, without .float()")},
+            "tensor for a float64 or bfloat16 module): multiply args[0] by the number itself, "
+            "args[0] * factor, without .float() or torch.tensor(...)")},
     guide="""returning a single tensor, which torch wraps into a 1-tuple, dropping the other arguments;
     `args[0].mul_(factor)`, which changes the caller's tensor; scaling every argument. The check now
     also catches keeping only `args[1:2]` (a third argument is dropped), `args[0].float()` (a float64
-    module refuses it), a hook that scales only its first call (a module called twice in one
-    forward), dividing by `1 / factor` (`factor=0`) and leaving a first argument that is a plain
-    number alone.""",
+    module refuses it), `args[0] * torch.tensor([factor])` (a bfloat16 argument becomes float32, a
+    0-dim one shape (1,)), detaching the other arguments (their gradients are lost), a hook that
+    scales only its first call (a module called twice in one forward), dividing by `1 / factor`
+    (`factor=0`), leaving a first argument that is a plain number alone, and a shortcut for `factor=0`
+    that returns `torch.zeros_like(args[0])`: the right values, but the caller's tensor gets no
+    gradient (`None` instead of zeros).""",
 )
 
 
@@ -128,24 +136,33 @@ def _(answer, t: Tester) -> None:
                    nudge="-5 + 7 + 1 = 3: pass every other argument on, however many there are: *args[1:]")
 
 
-@exercise.case("a float64 TwoInputNet: the scaled argument stays float64")
+_KEEP_DTYPE = ("multiply args[0] by the number itself, args[0] * factor: it keeps the caller's dtype "
+               "and shape (no .float(); no torch.tensor([factor]), which is float32 and 1-D)")
+
+
+@exercise.case("a float64 and a bfloat16 TwoInputNet, and a 0-dim first argument: dtype and shape kept")
 def _(answer, t: Tester) -> None:
-    net = t.track(TwoInputNet(seed=29), "the TwoInputNet")
-    net, a, b = kit.in_dtype(net, torch.tensor([[1.0, -1.0]]), torch.tensor([[0.5, 0.25]]))
-    result = answer(2.0)(net, (a, b))
-    t.expect(isinstance(result, tuple) and len(result) == 2, what="what your pre-hook returned",
-             expected="a tuple of 2 arguments", got=result, nudge=_DROPPED)
-    t.expect(isinstance(result[0], torch.Tensor) and result[0].dtype == torch.float64,
-             what="the dtype of the scaled argument", expected="torch.float64",
-             got=getattr(result[0], "dtype", result[0]), nudge=(
-                 "multiply args[0] itself, args[0] * factor: it keeps the caller's dtype (no .float())"))
-    handle = net.register_forward_pre_hook(answer(2.0))
-    try:
-        got = net(a, b)
-    finally:
-        handle.remove()
-    t.expect_close(got, net.forward(2.0 * a, b).detach(), what="net(a, b) with scale_first(2.0), in float64",
-                   nudge="the module must receive (2 * a, b)")
+    for dtype in (torch.float64, torch.bfloat16):
+        net = t.track(TwoInputNet(seed=29), f"the {dtype} TwoInputNet")
+        net, a, b = kit.in_dtype(net, torch.tensor([[1.0, -1.0]]), torch.tensor([[0.5, 0.25]]), dtype=dtype)
+        result = answer(2.0)(net, (a, b))
+        t.expect(isinstance(result, tuple) and len(result) == 2, what="what your pre-hook returned",
+                 expected="a tuple of 2 arguments", got=result, nudge=_DROPPED)
+        t.expect(isinstance(result[0], torch.Tensor) and result[0].dtype == dtype,
+                 what="the dtype of the scaled argument", expected=str(dtype),
+                 got=getattr(result[0], "dtype", result[0]), nudge=_KEEP_DTYPE)
+        handle = net.register_forward_pre_hook(answer(2.0))
+        try:
+            got = net(a, b)
+        finally:
+            handle.remove()
+        t.expect_close(got, net.forward(2.0 * a, b).detach(), what=f"net(a, b) with scale_first(2.0), in {dtype}",
+                       nudge="the module must receive (2 * a, b)")
+    scalar = torch.tensor(5.0)
+    result = answer(3.0)(nn.Identity(), (scalar,))
+    t.expect(isinstance(result, tuple) and len(result) == 1, what="what your pre-hook returned for (tensor(5.),)",
+             expected="a tuple of 1 argument", got=result, nudge=_DROPPED)
+    t.expect_close(result[0], torch.tensor(15.0), what="the scaled 0-dim argument", nudge=_KEEP_DTYPE)
 
 
 @exercise.case("a layer that forward() calls twice: both calls are scaled")
@@ -177,26 +194,34 @@ def _(answer, t: Tester) -> None:
                    nudge="with one argument, return a 1-tuple (args[0] * factor,)")
 
 
-@exercise.case("gradients flow back through the scaled argument", hidden=True)
+@exercise.case("gradients flow back through the scaled argument and the other one, at factor 3 and 0",
+               hidden=True)
 def _(answer, t: Tester) -> None:
     net = t.track(TwoInputNet(seed=22), "the TwoInputNet")
-    a = torch.tensor([[1.0, -2.0]], requires_grad=True)
-    b = torch.tensor([[0.5, 0.25]])
-    a_ref = a.detach().clone().requires_grad_(True)
-    net.forward(3.0 * a_ref, b).sum().backward()
-    net.zero_grad()
-    handle = net.register_forward_pre_hook(answer(3.0))
-    try:
-        with kit.GradWitness({"a": a}) as grads:
-            net(a, b).sum().backward()
-    finally:
-        handle.remove()
-    t.expect(grads.filled_by_backward("a"), what="a.grad after backward", expected="a gradient",
-             got=a.grad, nudge=(
-                 "backward never reached a: the tensor your pre-hook passed on is cut from the graph "
-                 "(a detach(), .data, or torch.no_grad()). Multiply args[0] itself: args[0] * factor"))
-    t.expect_close(a.grad, a_ref.grad, what="a.grad", nudge="a.grad is factor times the gradient at the "
-                   "scaled input")
+    for factor in (3.0, 0.0):
+        a = torch.tensor([[1.0, -2.0]], requires_grad=True)
+        b = torch.tensor([[0.5, 0.25]], requires_grad=True)
+        a_ref, b_ref = (v.detach().clone().requires_grad_(True) for v in (a, b))
+        net.forward(factor * a_ref, b_ref).sum().backward()
+        net.zero_grad()
+        handle = net.register_forward_pre_hook(answer(factor))
+        try:
+            with kit.GradWitness({"a": a, "b": b}) as grads:
+                net(a, b).sum().backward()
+        finally:
+            handle.remove()
+        t.expect(grads.filled_by_backward("a"), what=f"a.grad after backward, with factor {factor}",
+                 expected="a gradient" if factor else "a gradient of zeros", got=a.grad, nudge=(
+                     "backward never reached a: the tensor your pre-hook passed on is cut from the graph "
+                     "(a detach(), .data, torch.no_grad(), or a new tensor such as torch.zeros_like "
+                     "for factor 0). Multiply args[0] itself, whatever factor is: args[0] * factor"))
+        t.expect_close(a.grad, a_ref.grad, what=f"a.grad, with factor {factor}",
+                       nudge="a.grad is factor times the gradient at the scaled input")
+        t.expect(grads.filled_by_backward("b"), what="b.grad after backward", expected="a gradient",
+                 got=b.grad, nudge=(
+                     "backward never reached b, the argument you were to pass through unchanged: pass "
+                     "the caller's tensors on as they are, *args[1:], not detached copies"))
+        t.expect_close(b.grad, b_ref.grad, what="b.grad", nudge="b is not scaled: its gradient is unchanged")
 
 
 @exercise.case("factor 0, and a plain number as the first argument", hidden=True)
@@ -245,6 +270,10 @@ def _in_place(first, factor):
 exercise.wrong("returns a list instead of a tuple", mentions="dropped")(_scaler(wrap=list))
 exercise.wrong("detaches the scaled argument", mentions="cut from the graph", hidden=True)(
     _scaler(scale=lambda first, factor: first.detach() * factor))
+exercise.wrong("detaches the other arguments", mentions="not detached copies", hidden=True)(
+    _scaler(rest=lambda args: tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args[1:])))
+exercise.wrong("multiplies by torch.tensor([factor])", mentions="torch.tensor([factor])")(
+    _scaler(scale=lambda first, factor: first * torch.tensor([factor])))
 exercise.wrong("returns a single tensor", mentions="dropped")(_scaler(wrap=None))
 exercise.wrong("scales the first argument in place", mentions="caller's tensor")(_scaler(scale=_in_place))
 exercise.wrong("scales every argument", mentions="only the first argument")(_scaler(every=True))
@@ -254,5 +283,9 @@ exercise.wrong("casts the first argument to float32", mentions="no .float()")(
 exercise.wrong("scales the first call only", mentions="keep no state")(_scaler(once=True))
 exercise.wrong("divides by 1 / factor", mentions="factor may be 0", hidden=True)(
     _scaler(scale=lambda first, factor: first / (1.0 / factor)))
+exercise.wrong("returns torch.zeros_like(args[0]) for factor 0: no gradient reaches args[0]",
+               mentions="torch.zeros_like", hidden=True)(
+    _scaler(scale=lambda first, factor: (torch.zeros_like(first) if factor == 0 and isinstance(first, torch.Tensor)
+                                         else first * factor)))
 exercise.wrong("leaves a first argument that is not a tensor alone", mentions="plain number", hidden=True)(
     _scaler(tensors_only=True))

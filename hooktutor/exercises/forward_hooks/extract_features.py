@@ -50,7 +50,8 @@ exercise = Exercise(
     "forward_hooks.extract_features", "Extract the features of chosen layers",
     task=("write extract_features(model, x, names) that runs model(x) once and returns a dict "
           "name -> list of that layer's outputs, one detached copy per call (no autograd graph), in "
-          "call order; every hook is removed afterwards"),
+          "call order; every hook is removed afterwards. Each named layer returns one tensor (not a "
+          "tuple, as nn.LSTM or nn.GRU do)"),
     hints=[
         "model.get_submodule(name) gives the layer called name. Start with "
         "features = {name: [] for name in names} and attach one forward hook per layer that "

@@ -94,12 +94,19 @@ def _(answer, t: Tester) -> None:
 def _(answer, t: Tester) -> None:
     net = TwoInputNet(features=3, seed=9)
     a, mean, std = _normaliser_stats(9, 3)
-    b = torch.ones(5, 3)
+    b = torch.ones(5, 3, requires_grad=True)   # b as it is: its gradient must still reach it
     with net.register_forward_pre_hook(answer(mean, std)):
         got = net(a, b, scale=0.5)
     expected = net((a - mean) / std, b, scale=0.5)
     t.expect_close(got, expected, what="TwoInputNet(a, b, scale=0.5) with your pre-hook",
                    nudge="normalise only the first argument and keep b as it is")
+    want = torch.autograd.grad(expected.sum(), b)[0]
+    t.expect(got.requires_grad, what="the output's requires_grad (b requires grad)", expected=True,
+             got=got.requires_grad, nudge="pass b on as it is: not detached, not copied")
+    (grad_b,) = torch.autograd.grad(got.sum(), b, allow_unused=True)
+    t.expect(grad_b is not None and torch.allclose(grad_b, want), what="the gradient that reaches b",
+             expected=want, got=grad_b, nudge="pass b on as it is (no detach(), no copy): the model's "
+                                              "gradient must reach it")
 
 
 @exercise.case("the mean and std are the ones given")
@@ -229,6 +236,14 @@ def _two_at_most(mean, std):
 def _inplace_normaliser(mean, std):
     def normalise(module, args):
         args[0].sub_(mean).div_(std)
+    return normalise
+
+
+@exercise.wrong("detaches the other arguments", mentions="the gradient that reaches b")
+def _detaches_rest(mean, std):
+    def normalise(module, args):
+        first, *rest = args
+        return ((first - mean) / std, *[r.detach() if torch.is_tensor(r) else r for r in rest])
     return normalise
 
 

@@ -62,7 +62,8 @@ exercise = Exercise(
     task=("complete the class Recorder: `with Recorder(model, names) as rec: model(x)` attaches a "
           "forward hook to each named layer on entering (keeping a detached copy of every call's "
           "output in rec.outputs[name]), and removes every hook it attached on leaving, also when the block "
-          "raises, letting the error through"),
+          "raises, letting the error through. Each named layer returns one tensor (not a tuple, as "
+          "nn.LSTM or nn.GRU do)"),
     hints=[
         "In __enter__: for each name, module = self.model.get_submodule(name); keep the handle that "
         "module.register_forward_hook(hook) returns in self.handles; return self.",
@@ -302,7 +303,7 @@ class _EvalInside(Recorder):
         return super().__exit__(*exc)
 
 
-exercise.wrong("keeps a float32 copy", mentions="dtype included", hidden=True)(
+exercise.wrong("keeps a float32 copy", mentions="lost its dtype", hidden=True)(
     _recorder(keep=lambda output: output.detach().clone().float()))
 
 

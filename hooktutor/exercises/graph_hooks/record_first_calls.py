@@ -7,7 +7,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   module's ``forward`` instead of registering a hook;
 - twice: keeps the first call of each module only (a layer called twice in the forward loses its
   second call); tells the recomputation apart by its value, dropping an output equal to one
-  already recorded (a layer called twice on the same input loses its second call);
+  already recorded (a layer called twice on the same input loses its second call); records every
+  call and keeps the first half of each list (a layer called twice outside the checkpoint is not
+  recomputed: it loses its second call);
 - repeat: records in a first run under ``no_grad``, then runs ``model(x).sum().backward()`` again
   (two forward passes: the records are not those of the pass backward used);
 - inplace_after: stores a bare ``detach()``, which the in-place ReLU after the layer overwrites;
@@ -87,7 +89,9 @@ exercise = Exercise(
     instead of registering a hook; keeping only the first call of each module (a layer
     called twice in the forward loses its second call); `clone()` without `detach()` (the
     records keep the autograd graph of the step alive); telling the recomputation apart by
-    its value (a layer called twice on the same input loses its second call); recording in a
+    its value (a layer called twice on the same input loses its second call); recording every
+    call and keeping the first half of each list (a layer called twice outside the checkpoint,
+    never recomputed, loses its second call); recording in a
     first run under `no_grad`, then backpropagating a second run (the records are not those
     of the pass backward used).""",
 )
@@ -232,6 +236,21 @@ def _(answer, t: Tester) -> None:
                   kit.randn(2, 4, seed=15), "record_first_calls(model, x)")
 
 
+class _StemTwice(_Checkpointed):
+    """``head(checkpoint(body, stem(tanh(stem(x)))))``: the stem, outside the checkpoint, runs twice in the
+    forward pass and never during backward."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.stem(torch.tanh(self.stem(x)))
+        return self.head(checkpoint(self.body, h, use_reentrant=self.reentrant))
+
+
+@exercise.case("a Linear called twice outside the checkpointed part (not recomputed)", hidden=True)
+def _(answer, t: Tester) -> None:
+    _records_case(answer, t, lambda: _StemTwice(_body(16), reentrant=False, seed=16),
+                  kit.randn(2, 4, seed=16), "record_first_calls(model, x)")
+
+
 @exercise.case("a nested body in float64, the same model recorded twice in a row", hidden=True)
 def _(answer, t: Tester) -> None:
     _records_case(answer, t, lambda: _Checkpointed(_body(14), reentrant=False, seed=14).to(torch.float64),
@@ -342,6 +361,13 @@ def _skips_repeats(model, x):
             if not any(torch.equal(out, seen) for seen in kept.get(name, [])):
                 kept.setdefault(name, []).append(out)
     return kept
+
+
+@exercise.wrong("records every call, then keeps the first half of each module's list",
+                mentions="gets two entries", hidden=True)
+def _first_half(model, x):
+    records = _recorder(model, x, lambda n, r: True, _clone, phase_flag=False)   # the recomputation too
+    return {name: outputs[:(len(outputs) + 1) // 2] for name, outputs in records.items()}
 
 
 @exercise.wrong("records in a first run under no_grad, then runs model(x).sum().backward() again",

@@ -10,7 +10,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - inplace_after: squares the gradients in place (``g.pow_(2)``): the hook receives the very
   gradients backward accumulates into ``.grad``, which then hold their squares;
 - dtype: a float32 accumulator (``torch.zeros(1)``, ``.float()``) for float64 gradients, off in
-  the eighth digit;
+  the eighth digit (computing in float64 whatever the gradients' dtype is right: the task asks
+  for at least the gradients' precision, not for their dtype);
 - reattach: a handle that leaves hooks behind (tensor hooks registered besides the multi-grad one);
 - calls ``.pow`` on a ``None`` gradient (a pass that does not reach every tensor).
 """
@@ -51,7 +52,8 @@ exercise = Exercise(
           "`tensors`; once per backward pass that reaches any of them, when their gradients of that pass are "
           "computed, it appends "
           "the L2 norm of all of them together (sqrt of the sum of every element squared; a tensor the pass "
-          "did not reach counts as zero; computed in the gradients' own dtype) as a float to a list. The hook "
+          "did not reach counts as zero; computed at least as precisely as the gradients: float64 ones in "
+          "float64) as a float to a list. The hook "
           "only watches: the gradients stay as backward computed them. Return (the list, the hook's handle)"),
     hints=[
         "torch.autograd.graph.register_multi_grad_hook(tensors, fn) calls fn(grads) once per backward pass, with "
@@ -68,7 +70,8 @@ exercise = Exercise(
         ),
     },
     errors={"'NoneType' object has no attribute": _NONE_NUDGE, "unsupported operand type(s)": _NONE_NUDGE},
-    guide="""a tensor hook per tensor (one entry per tensor, not per pass); reading `.grad` (it adds up
+    guide="""adding up each tensor's norm instead of one norm of all the gradients; forgetting the
+    square root; a tensor hook per tensor (one entry per tensor, not per pass); reading `.grad` (it adds up
     over passes without `zero_grad()`); `mode="any"` (one gradient only; a `TypeError`
     before torch 2.3); calling `.pow` on a `None` gradient (a pass that does not reach every
     tensor); squaring the gradients in place, `g.pow_(2)` (the hook receives the very
@@ -76,6 +79,30 @@ exercise = Exercise(
     accumulator for float64 gradients; extra tensor hooks that the returned handle leaves
     behind.""",
 )
+
+
+def _what_went_wrong(got: float, i: int, losses: list[Callable[[], torch.Tensor]],
+                     tensors: list[torch.Tensor]) -> str:
+    """The nudge for a wrong norm of pass ``i``: the quantity a typical mistake computes, if it matches."""
+    def near(value: float) -> bool:
+        return abs(got - value) <= 1e-5 * max(abs(value), 1e-12)
+
+    if any(near(n) for n in _single_norms(losses[i], tensors)):
+        return ("one gradient only: mode='any' fires with the first gradient computed; the default "
+                "mode='all' gives them all")
+    grads = [g for g in torch.autograd.grad(losses[i](), tensors, allow_unused=True) if g is not None]
+    squares = sum(float((g * g).sum()) for g in grads)
+    if near(sum(float(g.norm()) for g in grads)):
+        return ("that is the sum of each tensor's norm: the norm of all of them together is the square root of "
+                "the sum of every gradient's squares, sqrt(sum of g.pow(2).sum()), not the sum of g.norm()")
+    if near(squares):
+        return "that is the sum of the squares: take its square root (.sqrt()) for the norm"
+    running = _pass_norms(losses[: i + 1], tensors)[1]
+    if i > 0 and near(sum(float((g * g).sum()) for g in running if g is not None) ** 0.5):
+        return (f"pass {i + 1}: that is the norm of .grad, and .grad adds up over passes without zero_grad(): "
+                "use the gradients the hook receives, those of this pass")
+    return (f"pass {i + 1}: the norm of all the tensors' gradients of this pass together, those the hook "
+            "receives: sqrt(sum of g.pow(2).sum())")
 
 
 def _pass_norms(losses: list[Callable[[], torch.Tensor]], tensors: list[torch.Tensor]
@@ -118,13 +145,11 @@ def _norm_case(answer: Callable, t: Tester, model: nn.Module, tensors: list[torc
         # the same sums in another order: 1e-5 relative, far below what a mistake changes (a second pass
         # that adds the first's gradients, one tensor instead of all: 1e-1 and more here)
         if abs(a - b) > rtol * abs(b):
-            nudge = ("one gradient only: mode='any' fires with the first gradient computed; the default mode='all' "
-                     "gives them all") if any(abs(a - n) <= 1e-5 * n for n in _single_norms(losses[i], tensors))\
-                else ("pass {i}: the norm of this pass's gradients, those the hook receives; .grad adds up over "
-                      "passes").replace("{i}", str(i + 1))
+            nudge = _what_went_wrong(a, i, losses, tensors)
             if rtol < 1e-5 and abs(a - b) <= 1e-5 * abs(b):
-                nudge = ("the gradients are float64 here and your norm is off in the eighth digit: compute in the "
-                         "gradients' own dtype (no torch.zeros(1) or .float() of your own to add up into)")
+                nudge = ("the gradients are float64 here and your norm is off in the eighth digit: compute at "
+                         "their precision or better (no float32 torch.zeros(1) or .float() of your own to add up "
+                         "into)")
             t.expect(False, what=f"norms[{i}]", expected=b, got=a, nudge=nudge)
     for tensor, (i, grad) in zip(tensors, enumerate(grads)):
         same = grad is None and tensor.grad is None or (
@@ -230,6 +255,20 @@ def _reads_dot_grad(tensors):
 def _mode_any(tensors):
     norms = []
     return norms, register_multi_grad_hook(tensors, lambda g: norms.append(g.norm().item()), mode="any")
+
+
+@exercise.wrong("adds up each tensor's norm", mentions="sum of each tensor's norm")
+def _sum_of_norms(tensors):
+    norms = []
+    return norms, register_multi_grad_hook(
+        tensors, lambda grads: norms.append(sum(g.norm().item() for g in grads if g is not None)))
+
+
+@exercise.wrong("forgets the square root", mentions="square root")
+def _no_sqrt(tensors):
+    norms = []
+    return norms, register_multi_grad_hook(
+        tensors, lambda grads: norms.append(sum(g.pow(2).sum().item() for g in grads if g is not None)))
 
 
 @exercise.wrong("calls .pow on every gradient, None included", mentions="gets None", hidden=True)

@@ -3,15 +3,20 @@ switched off for one run and every flag put back afterwards.
 
 Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
-- inplace_after: keeps in-place on (the BackwardHookFunction error);
+- inplace_after: keeps in-place on (the BackwardHookFunction error); keeps it on and gives every
+  in-place module a clone in a forward pre-hook (the lesson's fix 2): right for a layer that an
+  in-place module follows, the BackwardHookFunction error when ``name`` is an in-place module
+  itself (its pre-hooks run before its input is wrapped, so the clone is wrapped too);
 - left_as_found: does not restore the flags; switches every flag back to True, also on modules
   that were not in-place; changes train/eval or requires_grad on the way;
 - left_as_found: also ``model.zero_grad()`` first, ``model.train()`` afterwards, and
   ``x.requires_grad_()`` to silence torch's warning, which change the caller's model or input;
-- order (hidden): switches off only the modules listed after ``name``, wrong for a model that
-  defines its ReLU before the layer;
+- order: switches off only the modules listed after ``name``, wrong when ``name`` is itself in-place
+  and (hidden) for a model that defines its ReLU before the layer;
 - raises: restores the flags after the run, not in a ``finally:`` (the run raises);
-- technique: the legacy ``register_backward_hook`` instead of a full backward hook;
+- technique: the legacy ``register_backward_hook`` instead of a full backward hook; no module
+  backward hook at all (in-place off, then a tensor hook on the output: the same numbers, but
+  not what the task asks for, and no ``grad_input`` for the tools that need one);
 - a wrong type: returns the tuple ``grad_output``, or its last entry (a layer with two outputs);
 - nested / nd (hidden): in-place LeakyReLU, Hardtanh, ELU and a home-made module in a nested
   4-D model, which an answer that switches off only ``nn.ReLU`` misses.
@@ -57,7 +62,8 @@ def grad_output_with_inplace_off(model, x, y, name):
 exercise = Exercise(
     "inplace_relu.grad_output_with_inplace_off", "A full backward hook on an in-place network",
     task=("write grad_output_with_inplace_off(model, x, y, name) that returns grad_output[0] of a "
-          "full backward hook on layer `name` for the loss F.cross_entropy(model(x), y); switch "
+          "full backward hook on layer `name` (which may be an in-place module itself) for the loss "
+          "F.cross_entropy(model(x), y); switch "
           "in-place off for this one run and afterwards put every inplace flag back exactly as it "
           "was (also when the run fails); remove the hook. "
           "Run the backward with loss.backward(), as a training step would: the parameters' .grad "
@@ -72,9 +78,10 @@ exercise = Exercise(
     ],
     solution=grad_output_with_inplace_off,
     errors={"BackwardHookFunction": (
-        "a module after the hooked layer was still in-place, and it may not modify the BackwardHookFunction "
-        "view that a full backward hook puts on the layer's output: switch off every module whose inplace "
-        "is True, whatever its class (LeakyReLU, Hardtanh, Dropout... not only nn.ReLU)")},
+        "a module that was still in-place wrote into a BackwardHookFunction view: a full backward hook puts "
+        "one on the layer's output (and on its input, after its forward pre-hooks), and no in-place op may "
+        "modify it: switch off every module whose inplace is True, whatever its class (LeakyReLU, "
+        "Hardtanh, Dropout... not only nn.ReLU)")},
     equivalent_mutants={
         "copy@10: .clone() -> <dropped>": (
             "grad_output[0] is a tensor autograd makes for this backward and never writes into again while "
@@ -88,26 +95,33 @@ exercise = Exercise(
             "the full backward hook fires in every run the task admits (the layer's output reaches the "
             "loss), so the one entry is overwritten before it is read"),
     },
-    guide="""keeping in-place on (the BackwardHookFunction error); not restoring the flags afterwards,
+    guide="""keeping in-place on (the BackwardHookFunction error), also with the lesson's fix 2 instead
+    (a forward pre-hook handing each in-place module a clone), which fails when the hooked layer is itself
+    an in-place module: its pre-hooks run before its input is wrapped; not restoring the flags afterwards,
     or restoring them after the run instead of in `finally:` (a run that raises leaves them off);
     setting every flag back to `True`, also on modules that were not in place before; returning the
-    tuple `grad_output`; the legacy `register_backward_hook`; `model.zero_grad()`, `model.train()` or
-    `x.requires_grad_()` on the way. Caught at grading: switching off only the modules listed after
-    the layer, or only `nn.ReLU`, on a nested model whose in-place modules are LeakyReLU, Hardtanh, ELU and a
+    tuple `grad_output`; the legacy `register_backward_hook`, or a tensor hook on the output instead
+    of a full backward hook (the same numbers, no `grad_input`); `model.zero_grad()`, `model.train()` or
+    `x.requires_grad_()` on the way; switching off only the modules listed after the layer (wrong
+    when the layer is itself in-place). Caught at grading: the same on a model that defines its ReLU
+    first, and switching off only `nn.ReLU`, on a nested model whose in-place modules are LeakyReLU, Hardtanh, ELU and a
     home-made one.""",
 )
 
 
 class _LegacyWatch:
     """The check's own forward pre-hook on the hooked layer: which kinds of backward hook sat on
-    it while it ran (a legacy ``register_backward_hook`` is no full backward hook). Removed on exit."""
+    it while it ran (a legacy ``register_backward_hook`` is no full backward hook, a tensor hook on
+    its output is no module hook at all), and whether its own ``inplace`` flag was on then.
+    Removed on exit."""
 
     def __init__(self, layer: nn.Module):
-        self.layer, self.kinds = layer, set()
+        self.layer, self.kinds, self.inplace_seen = layer, set(), False
 
     def __enter__(self) -> _LegacyWatch:
         def look(module, args):
             self.kinds.update(r.kind for r in list_hooks(module, include_global=False))
+            self.inplace_seen |= getattr(module, "inplace", False) is True
         self.handle = self.layer.register_forward_pre_hook(look, prepend=True)
         return self
 
@@ -133,11 +147,25 @@ def _check_grad_output(answer, t: Tester, *, seed: int, data_seed: int, name: st
     with _LegacyWatch(model.get_submodule(name)) as watch, \
             kit.LeftAsFound(t, model, name=f"the SmallCNN (in {mode} mode)"), \
             Accumulated(t, model.classifier.weight, weight, "classifier.weight"):
-        got = answer(model, x, y, name)
+        try:
+            got = answer(model, x, y, name)
+        except RuntimeError as err:
+            if "BackwardHookFunction" in str(err) and watch.inplace_seen:
+                t.expect(False, what=f"{name!r}.inplace while the hooked layer ran", expected=False, got=True,
+                         nudge=(f"{name!r} is itself an in-place module, and it was still in-place: a full "
+                                "backward hook wraps its input after its forward pre-hooks run, so even a clone "
+                                "made in a pre-hook is wrapped, and the module writes into that view. Switch "
+                                "its inplace flag off too"))
+            raise
     t.expect("backward (legacy)" not in watch.kinds, what=f"the backward hook on {name!r}",
              expected="a full backward hook", got="a legacy register_backward_hook", nudge=(
                  "register_backward_hook is the legacy kind, deprecated and wrong for a module that "
                  "runs several operations: use register_full_backward_hook"))
+    t.expect("backward" in watch.kinds, what=f"the backward hook on {name!r} while it ran",
+             expected="a full backward hook", got="none", nudge=(
+                 "the numbers are right, but the task asks for grad_output[0] of a full backward hook on the "
+                 "layer (register_full_backward_hook): that is the hook that also gives grad_input, which "
+                 "tools need and a tensor hook on the output does not give"))
     _expect_x_as_found(t, x)
     t.expect_type(got, torch.Tensor, what=f"grad_output_with_inplace_off(model, x, y, {name!r})",
                   nudge="return grad_output[0], the tensor, not the tuple grad_output")
@@ -158,6 +186,12 @@ def _check_grad_output(answer, t: Tester, *, seed: int, data_seed: int, name: st
 @exercise.case("SmallCNN with both ReLUs in-place, layer 'features.1'")
 def _(answer, t: Tester) -> None:
     _check_grad_output(answer, t, seed=9, data_seed=31, name="features.1",
+                       inplace=["features.2", "features.5"])
+
+
+@exercise.case("SmallCNN with both ReLUs in-place, layer 'features.2': the in-place ReLU itself")
+def _(answer, t: Tester) -> None:
+    _check_grad_output(answer, t, seed=11, data_seed=33, name="features.2",
                        inplace=["features.2", "features.5"])
 
 
@@ -310,6 +344,43 @@ exercise.wrong("returns a float32 copy", mentions="dtype included", hidden=True)
     _switcher(keep=lambda g: g[0].detach().float()))
 
 
+@exercise.wrong("switches in-place off, then uses a tensor hook, no full backward hook",
+                mentions="of a full backward hook on the")
+def _tensor_hook_instead(model, x, y, name):
+    was = [m for m in model.modules() if getattr(m, "inplace", False) is True]
+    seen = {}
+    for m in was:
+        m.inplace = False
+
+    def on_output(m, a, o):
+        o.register_hook(lambda g: seen.__setitem__("grad", g.detach().clone()))
+    handle = model.get_submodule(name).register_forward_hook(on_output)
+    try:
+        F.cross_entropy(model(x), y).backward()
+    finally:
+        handle.remove()
+        for m in was:
+            m.inplace = True
+    return seen["grad"]
+
+
+@exercise.wrong("keeps in-place on and hands every in-place module a clone in a forward pre-hook",
+                mentions="even a clone made in a pre-hook")
+def _clone_in_pre_hooks(model, x, y, name):
+    seen, handles = {}, []
+    try:
+        for m in model.modules():
+            if getattr(m, "inplace", False) is True:
+                handles.append(m.register_forward_pre_hook(lambda mod, args: (args[0].clone(), *args[1:])))
+        handles.append(model.get_submodule(name).register_full_backward_hook(
+            lambda mod, gin, gout: seen.__setitem__("grad", gout[0].detach().clone())))
+        F.cross_entropy(model(x), y).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return seen["grad"]
+
+
 @exercise.wrong("calls x.requires_grad_() to silence torch's warning", mentions="leave the caller's x")
 def _x_requires_grad(model, x, y, name):
     x.requires_grad_()
@@ -330,7 +401,7 @@ def _forces_train(model, x, y, name):
         model.train()
 
 
-@exercise.wrong("switches off only the modules listed after `name`", mentions="BackwardHookFunction", hidden=True)
+@exercise.wrong("switches off only the modules listed after `name`", mentions="Switch its inplace flag off")
 def _after_layer_only(model, x, y, name):
     listed = [m for _, m in model.named_modules()]
     after = listed[listed.index(model.get_submodule(name)) + 1:]

@@ -5,7 +5,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - inplace_after / technique: a full backward hook on the layer (the BackwardHookFunction error);
   the tensor hook registered after the in-place op, or ``retain_grad()``, both of which give
   the gradient *after* the ReLU; switching in-place off for the run (right numbers, wrong
-  technique: the task keeps the ReLUs in-place);
+  technique: the task keeps the ReLUs in-place); a full backward hook on the layer made to work
+  by pre-hooks that hand every in-place module a clone (right numbers, no tensor hook: the
+  check's own tensor hook on the layer's output sees no other hook beside it);
 - raises: leaves the forward hook on, or removes it without ``finally:`` (hidden: the model
   raises);
 - nested / nd: SmallCNN's ``features.N`` names and 4-D outputs; a 2-D Linear -> ReLU;
@@ -87,10 +89,17 @@ exercise = Exercise(
     modified inplace" error, raised in the *forward* pass); a tensor hook registered after the
     in-place op, or `retain_grad()`, both of which give the gradient *after* the ReLU (register the
     tensor hook in the layer's own forward hook); switching in-place off for the run, which gives
-    the right numbers by another technique than the one asked for; leaving the forward hook
+    the right numbers by another technique than the one asked for, as does a full backward hook
+    made to work by pre-hooks that give each in-place module a clone; leaving the forward hook
     attached, or (caught at grading) removing it without `finally:`; `model.zero_grad()` first, which
     wipes the gradients the caller had accumulated; a float32 copy of a float64 gradient.""",
 )
+
+
+_NO_TENSOR_HOOK = (
+    "the gradient is right, but no tensor hook of yours was on the layer's output: the task is to get "
+    "it with output.register_hook(...) in the layer's forward hook (not with a full backward hook and "
+    "copies for the in-place modules)")
 
 
 class _InplaceWatch:
@@ -117,7 +126,7 @@ def _check_pre_relu_grad(answer, t: Tester, *, seed: int, data_seed: int, name: 
     x, y = shapes(4, seed=data_seed)
     model = SmallCNN(inplace=True, seed=seed)
     relu = f"features.{int(name.rsplit('.', 1)[1]) + 1}"
-    with _InplaceWatch(model) as watch:
+    with _InplaceWatch(model) as watch, kit.TensorHookWatch(model.get_submodule(name)) as hooks:
         t.track(model, "SmallCNN(inplace=True)")
         got = answer(model, x, y, name)
     _, grads = reference(seed, x, y, [name, relu])
@@ -136,6 +145,7 @@ def _check_pre_relu_grad(answer, t: Tester, *, seed: int, data_seed: int, name: 
              nudge="the gradient is right, but the ReLUs were not in-place during your run: the task is to "
                    "get it with a tensor hook while they stay in-place (registered in the layer's forward "
                    "hook, it belongs to the output before the ReLU overwrites it)")
+    hooks.expect_tensor_hook(t, name, _NO_TENSOR_HOOK)
 
 
 @exercise.case("SmallCNN(inplace=True), the BatchNorm layer 'features.1'")
@@ -155,7 +165,7 @@ def _(answer, t: Tester) -> None:
     kit.freeze(model.eval(), "lin.bias")
     y = torch.tensor([0, 1, 2, 1, 0])
     want, weight = reference_any(model, x, y, "lin"), param_grad(model, x, y, "lin.weight")
-    with _InplaceWatch(model) as watch:
+    with _InplaceWatch(model) as watch, kit.TensorHookWatch(model.lin) as hooks:
         t.track(model, "Sequential-like lin -> ReLU(inplace=True)")
         with kit.LeftAsFound(t, model, name="the model (in eval mode, lin.bias frozen)"), \
                 Accumulated(t, model.lin.weight, weight, "lin.weight"):
@@ -169,6 +179,7 @@ def _(answer, t: Tester) -> None:
                          "in the layer's forward hook")
     t.expect(not watch.off_while_running and model.act.inplace, what="model.act.inplace during and after the run",
              expected=True, got=False, nudge="leave the model's ReLUs in-place: tensor hooks work with them")
+    hooks.expect_tensor_hook(t, "lin", _NO_TENSOR_HOOK)
 
 
 @exercise.case("a model that raises halfway through its forward: no hook may stay", hidden=True)
@@ -257,6 +268,23 @@ def _zero_grad_first(model, x, y, name):
 @exercise.wrong("keeps a float32 copy of the gradient", mentions="as the hook received it")
 def _float32(model, x, y, name):
     return pre_relu_grad(model, x, y, name).float()
+
+
+@exercise.wrong("a full backward hook, with pre-hooks that give each in-place module a clone",
+                mentions="no tensor hook of yours")
+def _full_hook_and_clones(model, x, y, name):
+    seen, handles = {}, []
+    try:
+        for m in model.modules():
+            if getattr(m, "inplace", False) is True:
+                handles.append(m.register_forward_pre_hook(lambda mod, args: (args[0].clone(),)))
+        handles.append(model.get_submodule(name).register_full_backward_hook(
+            lambda m, gin, gout: seen.__setitem__("grad", gout[0].detach().clone())))
+        F.cross_entropy(model(x), y).backward()
+    finally:
+        for h in handles:
+            h.remove()
+    return seen["grad"]
 
 
 @exercise.wrong("switches the ReLUs off for the run, then back on", mentions="not in-place during your run")

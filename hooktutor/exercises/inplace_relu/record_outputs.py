@@ -8,7 +8,10 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - raises: leaves the hooks on, or removes them without ``finally:`` (hidden: the model raises);
 - nested / nd: SmallCNN's ``features.N`` names and 4-D outputs;
 - alias / dtype (hidden): a residual model in float64 whose layer output is added to in place
-  after its hook ran; an answer that keeps a bare reference, or converts to float32, shows it;
+  after its hook ran; an answer that keeps a bare reference, converts to float32, or copies
+  through float32 and back (``.float().double()``: float64's last digits lost) shows it;
+- repeat: runs ``model(x)`` twice (a first pass without hooks, say), which moves BatchNorm's
+  running statistics twice;
 - left_as_found: switches in-place off for good (``set_inplace(model, False)``);
 - alias (hidden): a module held under two names, which ``dict(model.named_modules())`` misses;
 - a wrong type: returns a list of outputs instead of the dict.
@@ -67,10 +70,12 @@ exercise = Exercise(
     guide="""`output.detach()` without `.clone()` (detach, `.data`, a view or `.cpu()` on a CPU tensor
     share memory with the output); `output.clone()` without `detach()`, which keeps the autograd
     graph alive; leaving hooks attached, or removing them without `finally:` (caught at grading,
-    on a model that raises). Also caught at grading: a residual layer whose output is added to in
-    place after the hook ran, in float64, which a bare reference or a float32 copy gets wrong; a
-    module held under two names, which `dict(model.named_modules())` lists once. Switching in-place
-    off for good "to be safe" changes the caller's model.""",
+    on a model that raises); running `model(x)` twice (a warm-up pass without hooks), which moves
+    BatchNorm's running statistics twice. Also caught at grading: a residual layer whose output is
+    added to in place after the hook ran, in float64, which a bare reference, a float32 copy or a
+    copy made through float32 and back gets wrong; a module held under two names, which
+    `dict(model.named_modules())` lists once. Switching in-place off for good "to be safe" changes
+    the caller's model.""",
 )
 
 
@@ -101,6 +106,11 @@ def _(answer, t: Tester) -> None:
              expected=["features.2", "features.5"], got=left, nudge=(
                  "leave the model as you found it: a copy taken in the hook (output.detach().clone()) is safe "
                  "from the in-place ReLU, so there is no need to switch it off"))
+    passes = int(model.features[1].num_batches_tracked)
+    t.expect(passes == 1, what="forward passes of the model (BatchNorm's num_batches_tracked)", expected=1,
+             got=passes, nudge=(
+                 "run model(x) once, with the hooks attached: every forward pass of a model in training mode "
+                 "moves BatchNorm's running statistics, so an extra pass changes the caller's model"))
     ref, _ = reference(5, x, y, ["features.1"])
     t.expect_close(got["features.1"], ref["features.1"], what="the recorded 'features.1'",
                    nudge="store a copy of the output that has its own memory",
@@ -161,7 +171,10 @@ def _(answer, t: Tester) -> None:
                                             "output.detach().clone(), no conversion")
         t.expect_close(got[name], want[name], what=f"the recorded {name!r}", atol=1e-12, rtol=1e-12, nudge=(
             "the model added to the output in place after your hook ran, and what you stored changed with "
-            "it: store output.detach().clone(), a copy with its own memory"))
+            "it: store output.detach().clone(), a copy with its own memory"), wrong={"through float32": (
+                want[name].float().double(), (
+                    "your copy went through float32 on the way and lost float64's last digits: keep the "
+                    "output exactly as the layer produced it, output.detach().clone(), no conversion"))})
         kit.expect_detached(t, got[name], what=f"the recorded {name!r}")
 
 
@@ -201,6 +214,16 @@ exercise.wrong("removes the hooks after model(x), not in a finally:", mentions="
     _recorder(remove="after"))
 exercise.wrong("keeps a float32 copy", mentions="dtype included", hidden=True)(
     _recorder(keep=lambda o: o.detach().float().clone()))
+exercise.wrong("copies through float32 and back", mentions="went through float32", hidden=True)(
+    _recorder(keep=lambda o: o.detach().to(torch.float32, copy=True).to(o.dtype)))
+exercise.wrong("stores output.detach().to(output.dtype), which is the output itself",
+               mentions="in-place ReLU overwrote")(_recorder(keep=lambda o: o.detach().to(o.dtype)))
+
+
+@exercise.wrong("runs model(x) twice: a pass without hooks, then one with them", mentions="run model(x) once")
+def _runs_twice(model, x, names):
+    model(x)
+    return record_outputs(model, x, names)
 
 
 @exercise.wrong("switches in-place off for good, to be safe", mentions="no need to switch it off")

@@ -11,7 +11,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - hidden: skips containers that have children, misses a class-level ``inplace = True``, lists a
   shared module under each of its names, skips the model itself (``named_modules()[1:]``);
 - repeat: keeps its list outside the function, so a second call returns the first one's names;
-- left_as_found: changes something else of the model (train/eval, requires_grad);
+- left_as_found: changes something else of the model (train/eval, requires_grad), or writes
+  ``inplace = False`` onto every module it walks, so a Linear or a Sequential gains a flag it
+  never had (which ``set_inplace`` and ``inplace_modules`` then take for a switch);
 - a wrong type: forgets to return the list.
 """
 
@@ -57,7 +59,8 @@ exercise = Exercise(
     at a fixed list of classes (caught at grading: Hardtanh, ELU and a home-made module); returning
     every module that *has* an `inplace` attribute instead of those that were in place; listing
     them without setting `inplace = False`; walking `named_children()`, which misses the nested
-    ones; a list kept outside the function, so a second call returns the first one's names. Also
+    ones; a list kept outside the function, so a second call returns the first one's names;
+    `m.inplace = False` written onto every module walked, so a Linear gains a flag it never had. Also
     at grading: names sorted instead of in `named_modules()` order; leaf modules only (a container
     with its own flag is missed); a shared module listed under each name; the model itself
     skipped.""",
@@ -105,6 +108,7 @@ def _(answer, t: Tester) -> None:
 @exercise.case("a nested model with LeakyReLU, Dropout and ReLU6 in-place and a ReLU that is not")
 def _(answer, t: Tester) -> None:
     model = t.track(_mixed_model(), "the nested model")
+    had_flag = {name: hasattr(m, "inplace") for name, m in model.named_modules()}
     got = answer(model)
     expected = ["block.act", "block.drop", "clip"]
     t.expect_type(got, list, what="switch_off_inplace(nested model)",
@@ -119,6 +123,12 @@ def _(answer, t: Tester) -> None:
     left = inplace_modules(model)
     t.expect(left == [], what="in-place modules left afterwards", expected=[], got=left,
              nudge="set module.inplace = False on each of them: listing them is not enough, they are still in-place")
+    gained = [name for name, m in model.named_modules() if not had_flag[name] and hasattr(m, "inplace")]
+    t.expect(not gained, what="modules that have an `inplace` attribute now and had none before", expected=[],
+             got=gained, nudge=(
+                 "set inplace = False only on the modules that were in-place: written onto a Linear or a "
+                 "Sequential, it gives them a flag they never had, which code that looks for the flag "
+                 "(set_inplace, inplace_modules) then takes for a switch"))
 
 
 @exercise.case("a model with nothing in-place")
@@ -217,6 +227,18 @@ exercise.wrong("returns every module with an inplace attribute", mentions="only 
     _switcher(picks=lambda m: hasattr(m, "inplace")))
 exercise.wrong("lists them without switching them off", mentions="listing them is not enough")(
     _switcher(switch=False))
+
+
+@exercise.wrong("writes inplace = False onto every module it walks", mentions="flag they never had")
+def _flags_everything(model):
+    names = []
+    for name, m in model.named_modules():
+        if getattr(m, "inplace", False) is True:
+            names.append(name)
+        m.inplace = False
+    return names
+
+
 exercise.wrong("walks model.named_children() only", mentions="named_modules() goes into")(
     _switcher(walk="named_children"))
 exercise.wrong("switches them off but forgets to return the names", mentions="None (nothing was returned)")(

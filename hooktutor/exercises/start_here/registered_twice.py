@@ -12,9 +12,13 @@ def _observe_registered_twice() -> int:
     """The cell that registers a counting hook on fc1, run twice; then one forward."""
     model, calls = MLP(seed=0), []
     handles = []
+
+    def count(module, args, output):   # one function object, registered twice
+        calls.append(1)
+
     try:
         for _run in range(2):
-            handles.append(model.fc1.register_forward_hook(lambda module, args, output: calls.append(1)))
+            handles.append(model.fc1.register_forward_hook(count))
         model(torch.zeros(1, 8))
     finally:
         for handle in handles:

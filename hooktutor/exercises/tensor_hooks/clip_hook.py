@@ -32,6 +32,8 @@ def clip_hook(max_norm):
     """A hook for tensor.register_hook that clips the gradient's norm to max_norm."""
     ### BEGIN SOLUTION
     def hook(grad):
+        if grad is None:              # a tensor this backward does not need (section 2)
+            return None
         norm = grad.norm()
         if norm > max_norm:
             return grad * (max_norm / norm)
@@ -45,7 +47,9 @@ exercise = Exercise(
     task=("write clip_hook(max_norm) that returns a hook for Tensor.register_hook: when the "
           "gradient's norm is larger than max_norm, the hook returns the gradient rescaled to norm "
           "max_norm (same direction); otherwise it keeps the gradient unchanged. max_norm may be 0 "
-          "(every gradient becomes 0), and the gradient may be float64"),
+          "(every gradient becomes 0), the gradient may be float64, and it may be None (a tensor "
+          "this backward does not need, such as the unused half of a chunk): then the hook "
+          "returns None"),
     hints=[
         "clip_hook does not attach anything: inside it, define def hook(grad): ... and return hook.",
         "grad.norm() is the norm of the whole gradient. grad * (max_norm / norm) has the same "
@@ -53,6 +57,8 @@ exercise = Exercise(
         "A hook changes the gradient only through what it returns: return the new tensor, or None "
         "to keep the gradient. Never edit grad in place (grad.mul_): it can be a read-only expanded "
         "tensor or shared with other branches.",
+        "Start the hook with `if grad is None: return None`: a hook on a tensor that the backward "
+        "does not need (the unused output of chunk or split) is called with None.",
     ],
     solution=clip_hook,
     errors={
@@ -65,6 +71,14 @@ exercise = Exercise(
             "your hook returned a gradient of another dtype than the one it received (a float32 "
             "gradient for a float64 tensor, say): compute with the gradient you were given, "
             "grad * (max_norm / norm), without .float() or new float32 tensors."),
+        "'NoneType' object has no attribute": (
+            "your hook was called with grad=None, as a hook on a tensor this backward does not "
+            "need can be (the unused half of a chunk, section 2). Start it with "
+            "`if grad is None: return None`."),
+        "not NoneType": (
+            "your hook was called with grad=None, as a hook on a tensor this backward does not "
+            "need can be (the unused half of a chunk, section 2). Start it with "
+            "`if grad is None: return None`."),
         "has changed the size of value": (
             "the returned gradient must have the same shape as the one the hook received: "
             "rescale the whole gradient, do not reduce it."),
@@ -77,7 +91,8 @@ exercise = Exercise(
     catches an in-place edit where torch allows it (an addition hands both of its inputs the same
     gradient tensor, so the other leaf's gradient changes too), a float32 computation for a float64
     weight (backward refuses a gradient of another dtype), a factor computed on the first call and
-    reused, and `norm >= max_norm` (0 / 0 for a zero gradient with `max_norm=0`).""",
+    reused, `norm >= max_norm` (0 / 0 for a zero gradient with `max_norm=0`), and a hook that
+    crashes when it is called with `None` (a hook on the unused half of a chunk).""",
 )
 
 
@@ -181,7 +196,10 @@ def _(answer, t: Tester) -> None:
              got=None if w.grad is None else w.grad.dtype, nudge=(
                  "compute with the gradient you were given: grad * (max_norm / norm) keeps its dtype"))
     t.expect_close(w.grad, torch.tensor([0.0, 0.6, 0.8], dtype=torch.float64), what="w.grad (float64)",
-                   nudge="[0, 6, 8] has norm 10; clipped to norm 1 it is [0, 0.6, 0.8]")
+                   atol=1e-12, rtol=1e-10,   # float64: an eps in the division shows
+                   nudge="[0, 6, 8] has norm 10; clipped to norm 1 it is [0, 0.6, 0.8] exactly: divide by "
+                         "the norm itself, not by norm + eps (the gradient is only rescaled when its norm "
+                         "exceeds max_norm, so the norm is never 0 there)")
 
 
 @exercise.case("a sum of two leaves, the hook on one: the other's gradient must not change")
@@ -197,6 +215,17 @@ def _(answer, t: Tester) -> None:
         "place, and w2's gradient changed too. Return a new tensor, grad * factor, and never edit grad"))
     t.expect_close(w1.grad, coeff / 5, what="w1.grad", nudge="[3, 4, 0] has norm 5; clipped to norm 1 it "
                    "is [0.6, 0.8, 0]")
+
+
+@exercise.case("a hook on the half of a chunk that the loss does not use: it gets None")
+def _(answer, t: Tester) -> None:
+    hook = _make_hook(answer, 1.0, t)
+    x = torch.tensor([3.0, 4.0, 5.0, 6.0], requires_grad=True)
+    used, unused = x.chunk(2)
+    with unused.register_hook(hook):
+        (used * 2).sum().backward()   # chunk's backward runs and calls the hook on `unused` with None
+    t.expect_close(x.grad, torch.tensor([2.0, 2.0, 0.0, 0.0]), what="x.grad", nudge=(
+        "the unused half gets no gradient: for grad=None, the hook returns None"))
 
 
 @exercise.case("max_norm=0: a gradient becomes 0, and a zero gradient stays 0", hidden=True)
@@ -215,16 +244,18 @@ def _(answer, t: Tester) -> None:
 # -- the wrong answers peculiar to this exercise -------------------------------------------------
 
 def _clipper(*, norm=torch.linalg.vector_norm, over=lambda n, m: n > m, result="new", cast=None,
-             first_only=False):
+             first_only=False, none_check=True):
     """One factory for the near-copy wrong answers: how the norm is measured (``norm``), when the
     hook rescales (``over``), what it does with the rescaled gradient ("new": returns it,
     "in_place": grad.mul_, "try_in_place": in place where torch allows it, "forgotten": computes
     it and returns nothing), a dtype it computes in (``cast``), whether the factor of the first
-    call is kept for later calls."""
+    call is kept for later calls, whether it returns None for a None gradient (``none_check``)."""
     def answer(max_norm):
         kept = {}
 
         def hook(grad):
+            if none_check and grad is None:
+                return None
             g = grad if cast is None else grad.to(cast)
             n = norm(g)
             if first_only:
@@ -267,10 +298,21 @@ exercise.wrong("edits the gradient in place where torch allows it", mentions="sa
 exercise.wrong("always rescales to max_norm, even small gradients", mentions="only when")(
     _clipper(over=lambda n, m: True))
 exercise.wrong("computes in float32 (grad.float())", mentions="another dtype")(_clipper(cast=torch.float32))
+exercise.wrong("crashes on a None gradient", mentions="if grad is None")(_clipper(none_check=False))
 exercise.wrong("computes the factor on the first call and keeps it", mentions="norm max_norm",
                hidden=True)(_clipper(first_only=True))
 exercise.wrong("rescales when the norm equals max_norm too (0 / 0)", mentions="strictly", hidden=True)(
     _clipper(over=lambda n, m: n >= m))
+
+
+@exercise.wrong("divides by norm + 1e-6", mentions="norm + eps")
+def _visible_eps(max_norm):
+    def hook(grad):
+        if grad is None:
+            return None
+        norm = grad.norm()
+        return grad * (max_norm / (norm + 1e-6)) if norm > max_norm else grad
+    return hook
 
 
 @exercise.wrong("clamps each element instead of the norm", mentions="whole gradient")

@@ -64,7 +64,8 @@ exercise = Prediction(
                   "doubled what flowed through v, not a .grad attribute.",
     },
     summary="a tensor hook's return value replaces the gradient flowing back through that tensor: "
-            "every leaf upstream of v doubles, other leaves keep theirs, and v itself has no .grad.",
+            "here every leaf upstream of v reaches the loss only through v and doubles, the other "
+            "leaf keeps its gradient, and v itself has no .grad.",
     guide="""`v.grad` "doubled" (the popular claim: `v` is not a leaf, its `.grad` stays `None`);
     `c.grad` doubled too (`c` never passes through `v`); nothing changes ("a hook only
     observes": its return value replaces the gradient).""",

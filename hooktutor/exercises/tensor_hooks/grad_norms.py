@@ -16,7 +16,11 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - nd: conv activations (4-D): the norm of the whole gradient;
 - repeat: the dict lives outside the function (a second call returns stale names);
 - closures: a lambda made in a loop sees the loop variable's last value, so every hook writes
-  under the same name; a hook that returns the norm (torch refuses it).
+  under the same name; a hook that returns the norm (torch refuses it); a hook that stores
+  ``grad.norm()``, a 0-dim tensor, instead of the float the task asks for;
+- technique, again: hooks on the intermediate tensors only, and for a parameter ``.grad`` after
+  backward minus ``.grad`` before: right on a plain backward, wrong (or a crash) once something
+  else changes ``.grad`` during backward, such as the post-accumulate SGD step of section 11.
 """
 
 from __future__ import annotations
@@ -55,7 +59,8 @@ exercise = Exercise(
     "tensor_hooks.grad_norms", "Record gradient norms in one backward",
     task=("write grad_norms(tensors, loss): `tensors` maps names to tensors that `loss` depends on "
           "(intermediate results or parameters). Run loss.backward() once and return a dict "
-          "name -> float, the norm of the gradient that reached each tensor in this backward. Use "
+          "name -> float, the norm of the gradient that reached each tensor in this backward (one "
+          "call of its hook: the loss has no reentrant checkpoint, section 7). Use "
           "one tensor hook per tensor (one tensor may come under two names), and remove every hook you "
           "added before returning; the caller's own hooks and its parameters' .grad are left to it: "
           "loss.backward() accumulates as usual"),
@@ -84,7 +89,9 @@ exercise = Exercise(
     it afterwards or run `loss.backward(inputs=...)` (the caller's accumulated gradients change),
     that keep one hook per distinct tensor (one tensor under two names loses a name), and that
     collect the norms in a list and pair them with the names by order (backward runs in its own
-    order, not the dict's).""",
+    order, not the dict's), that store `grad.norm()` (a 0-dim tensor, not a float), and that hook
+    only the intermediate tensors and take a parameter's norm from `.grad` after minus before
+    (wrong once a post-accumulate hook changes `.grad` during backward).""",
 )
 
 
@@ -102,10 +109,10 @@ def _expect_norms(t: Tester, got, expected: dict[str, float], nudge: str) -> Non
                    "names: register one hook per name)")
     for name, value in expected.items():
         norm = got[name]
-        if isinstance(norm, torch.Tensor) and norm.numel() == 1:
-            norm = norm.item()  # a 0-dim tensor is fine too
-        t.expect(isinstance(norm, (int, float)), what=f"the norm recorded for {name!r}", expected="a float",
-                 got=norm, nudge="store one number per tensor: grad.norm().item()")
+        t.expect(isinstance(norm, (int, float)) and not isinstance(norm, bool),
+                 what=f"the norm recorded for {name!r}", expected="a float", got=norm, nudge=(
+                     "store a Python float per name, grad.norm().item(): grad.norm() is a 0-dim "
+                     "tensor, not the number the task asks for"))
         t.expect(abs(float(norm) - value) <= 1e-4 * max(1.0, value), what=f"the norm recorded for {name!r}",
                  expected=round(value, 5), got=norm, nudge=nudge)
 
@@ -146,7 +153,8 @@ def _(answer, t: Tester) -> None:
     expected = {"fc1.weight": ref[0].norm().item(), "act2": ref[1].norm().item()}
     out, inter = model.forward_with_intermediates(x)
     tensors = {"fc1.weight": model.fc1.weight, "act2": inter["act2"]}
-    got = answer(tensors, F.cross_entropy(out, y))
+    with kit.TensorHookWitness({"fc1.weight": model.fc1.weight}) as hooks:
+        got = answer(tensors, F.cross_entropy(out, y))
     _expect_no_hooks(t, tensors)
     _expect_norms(t, got, expected, (
         "record the gradient of *this* backward, as the hook receives it. A leaf's .grad accumulates "
@@ -158,6 +166,11 @@ def _(answer, t: Tester) -> None:
     t.expect_close(model.fc2.weight.grad, first["fc2.weight"] + ref[2], what="fc2.weight.grad (not in `tensors`)",
                    nudge=("run loss.backward() itself: every parameter gets its gradient as usual, not only "
                           "those in `tensors` (no backward(inputs=...))"))
+    t.expect(hooks.fired("fc1.weight") > 0, what="hooks on fc1.weight during backward",
+             expected="your tensor hook", got="none", nudge=(
+                 "record a parameter's norm with a tensor hook too: .grad after backward minus .grad "
+                 "before is the gradient of this backward only while nothing else touches .grad "
+                 "(a post-accumulate hook that steps and frees it, as in section 11, breaks it)"))
 
 
 @exercise.case("a tensor used twice in the loss")
@@ -264,12 +277,13 @@ def _(answer, t: Tester) -> None:
 # -- the wrong answers peculiar to this exercise -------------------------------------------------
 
 def _by_hooks(*, late=False, remove="finally", returns_norm=False, distinct=False, by_order=False,
-              backward=lambda loss, tensors: loss.backward()):
+              as_tensor=False, backward=lambda loss, tensors: loss.backward()):
     """One factory for the near-copy wrong answers: a lambda bound to the loop variable late
     (``late``); how the hooks go ("finally", "after": not in a finally block, "never", "clear":
     ``tensor._backward_hooks.clear()``); a hook that returns the norm; one hook per distinct tensor
     (``distinct``); norms collected in a list and paired with the names by reversed order
-    (``by_order``); how backward runs."""
+    (``by_order``); the 0-dim tensor ``grad.norm()`` stored instead of a float (``as_tensor``);
+    how backward runs."""
     def answer(tensors, loss):
         norms, handles, seen, order = {}, [], set(), []
         for name, tensor in tensors.items():
@@ -282,6 +296,8 @@ def _by_hooks(*, late=False, remove="finally", returns_norm=False, distinct=Fals
                 hook = lambda g: norms.__setitem__(name, g.norm().item())   # noqa: E731, B023
             elif returns_norm:
                 hook = lambda g, name=name: norms.setdefault(name, g.norm().item())   # noqa: E731
+            elif as_tensor:
+                hook = lambda g, name=name: norms.__setitem__(name, g.norm())   # noqa: E731
             else:
                 hook = lambda g, name=name: norms.__setitem__(name, g.norm().item())   # noqa: E731
             handles.append(tensor.register_hook(hook))
@@ -314,6 +330,8 @@ exercise.wrong("removes the hooks by clearing tensor._backward_hooks", mentions=
     _by_hooks(remove="clear"))
 exercise.wrong("runs loss.backward(inputs=...) on the tensors only", mentions="backward(inputs=...)")(
     _by_hooks(backward=lambda loss, tensors: loss.backward(inputs=list(tensors.values()))))
+exercise.wrong("stores grad.norm(), a 0-dim tensor, not a float", mentions="0-dim")(
+    _by_hooks(as_tensor=True))
 exercise.wrong("one hook per distinct tensor", mentions="two names", hidden=True)(_by_hooks(distinct=True))
 exercise.wrong("pairs the norms with the names by order", mentions="its own order", hidden=True)(
     _by_hooks(by_order=True))
@@ -349,4 +367,24 @@ def _resets_grad(tensors, loss):
         for handle in handles:
             handle.remove()
     norms.update({name: tensor.grad.norm().item() for name, tensor in tensors.items() if tensor.is_leaf})
+    return norms
+
+
+@exercise.wrong("hooks only on intermediate tensors; a parameter's .grad after minus before",
+                mentions="tensor hook too")
+def _grad_difference(tensors, loss):
+    norms, handles = {}, []
+    before = {name: None if tensor.grad is None else tensor.grad.clone()
+              for name, tensor in tensors.items() if tensor.is_leaf}
+    try:
+        for name, tensor in tensors.items():
+            if not tensor.is_leaf:
+                handles.append(tensor.register_hook(lambda g, name=name: norms.__setitem__(name, g.norm().item())))
+        loss.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    for name, old in before.items():
+        grad = tensors[name].grad
+        norms[name] = (grad if old is None else grad - old).norm().item()
     return norms

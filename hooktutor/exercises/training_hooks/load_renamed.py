@@ -4,8 +4,9 @@ load-state-dict pre-hook.
 Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - technique: renames in a load *post*-hook (the model has read the old keys by then); builds a
-  renamed dict and loads it, with no hook; returns a renamed dict from the pre-hook (its return
-  value is ignored);
+  renamed dict and loads it, with no hook, or with a pre-hook that renames nothing (the check's
+  own pre-hook, registered first, sees the keys load_state_dict was given); returns a renamed
+  dict from the pre-hook (its return value is ignored);
 - nested: renames only the first part of each key (``encoder.layers.0.weight`` keeps ``layers``);
 - order: renames in place, one key at a time: when a new name is another layer's old name (a
   layer inserted in front, ``{'0': '1', '1': '2'}``), a rename overwrites a key not renamed yet;
@@ -73,8 +74,9 @@ exercise = Exercise(
         "model._register_load_state_dict_pre_hook(hook, with_module=True)) calls hook(module, state_dict, "
         "prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs) before the model reads "
         "the checkpoint.",
-        "The hook's return value is ignored: edit state_dict in place. It is load_state_dict's own copy, so "
-        "the caller's dict stays as it was. Pop every key out first, then put each value back under its new "
+        "The hook's return value is ignored: edit state_dict in place. It is load_state_dict's own shallow "
+        "copy: moving keys leaves the caller's dict as it was (its tensors are the caller's: do not change "
+        "them in place). Pop every key out first, then put each value back under its new "
         "key: a new name may be another layer's old name (a layer inserted in front renames '0' to '1' and "
         "'1' to '2').",
         "Rename whole parts of the dotted key, not substrings: '.'.join(renames.get(part, part) for part in "
@@ -123,13 +125,19 @@ def _load_case(answer: Callable, t: Tester, model: nn.Module, old: dict, renames
     given = OrderedDict((k, v.clone()) for k, v in old.items())
     mine: set[int] = set()
     seen: list[int] = []
+    entered: list[list[str]] = []  # the keys each load began with
 
     def witness(module, incompatible_keys):  # a load post-hook: is the learner's pre-hook attached now?
         seen.append(len(hook_ids(module, "load_state_dict_pre") - mine))
 
+    def entering(module, state_dict, prefix, *rest):  # registered before the learner's: runs first
+        entered.append(list(state_dict))  # the keys load_state_dict was given, before any renaming
+
     own = model.state_dict(keep_vars=True)
     handle = model.register_load_state_dict_post_hook(witness)
     mine.add(handle.id)
+    first = _register_pre(model, entering)
+    mine.add(first.id)
     try:
         with kit.LeftAsFound(t, model):
             got = answer(model, given, renames)
@@ -145,6 +153,7 @@ def _load_case(answer: Callable, t: Tester, model: nn.Module, old: dict, renames
                  got=line[:160], nudge=_missing_keys_nudge(message, renames, seen))
     finally:
         handle.remove()
+        first.remove()
     t.expect(got is not None and hasattr(got, "missing_keys") and hasattr(got, "unexpected_keys"), what=what,
              expected="what model.load_state_dict returns", got=got,
              nudge="return the result of model.load_state_dict(state_dict)")
@@ -159,6 +168,11 @@ def _load_case(answer: Callable, t: Tester, model: nn.Module, old: dict, renames
              expected="one of yours", got="none", nudge=(
                  "rename the keys in a hook registered with model.register_load_state_dict_pre_hook, not by "
                  "building a renamed dict before calling load_state_dict"))
+    given_keys = sorted(entered[-1]) if entered else []
+    t.expect(given_keys == sorted(old), what="the keys load_state_dict was given",
+             expected=f"the checkpoint's old keys {sorted(old)[:2]}...", got=f"{given_keys[:2]}...",
+             nudge=("pass the checkpoint to load_state_dict as it came, with its old keys: renaming is the "
+                    "pre-hook's job, and a hook that renames nothing is not doing it"))
     now = model.state_dict(keep_vars=True)
     replaced = [k for k in own if now.get(k) is not own[k]]
     t.expect(not replaced, what=f"model.{replaced[0] if replaced else ''} after loading",
@@ -395,3 +409,14 @@ def _returns_new_dict(model, state_dict, renames):
 def _no_hook(model, state_dict, renames):
     renamed = {".".join(renames.get(p, p) for p in k.split(".")): v for k, v in state_dict.items()}
     return model.load_state_dict(renamed)
+
+
+@exercise.wrong("renames a copy before loading; its pre-hook renames nothing",
+                mentions="renaming is the pre-hook's job")
+def _idle_hook(model, state_dict, renames):
+    renamed = {".".join(renames.get(p, p) for p in k.split(".")): v for k, v in state_dict.items()}
+    handle = _register_pre(model, lambda *args: None)  # attached during the load, and idle
+    try:
+        return model.load_state_dict(renamed)
+    finally:
+        handle.remove()

@@ -60,8 +60,8 @@ exercise = Prediction(
     observe=_observe_step_order,
     choices=STEP_EVENTS,
     hints=["Which of these hooks belong to backward(), and which to step()?",
-           "The global optimizer hooks wrap every optimizer's own ones, like the global module hooks wrap a "
-           "module's: global first on the way in, last on the way out."],
+           "The global optimizer hooks wrap every optimizer's own ones: global first on the way in, last on "
+           "the way out."],
     explain={
         "post-accumulate-grad hook": "it fires inside loss.backward(), as soon as weight.grad is complete, so "
                                      "before optimizer.step() is even called.",

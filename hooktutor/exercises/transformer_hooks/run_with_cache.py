@@ -5,7 +5,9 @@ cached as its first element, and a module that never runs (``self_attn.out_proj`
 Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - inplace_after, alias: stores ``output.detach()`` without a copy: the in-place ReLU right after
-  the layer, or the residual ``out += h`` after it, overwrites what was stored;
+  the layer, or the residual ``out += h`` after it, overwrites what was stored; the same for a
+  tuple, ``output[0].detach()`` (a hand-written block that adds its input to the attention's
+  output in place, ``a += x``, overwrites it), while tensor outputs are copied;
 - nested: looks modules up with ``getattr(model, name)`` or ``named_children()`` (dotted names
   are nested: ``model.get_submodule(name)``);
 - technique: records in forward *pre*-hooks (the inputs); a lambda in a loop (every hook
@@ -33,6 +35,7 @@ import torch
 from torch import nn
 
 from ...data import first_token
+from ...models import seeded
 from .. import kit
 from ..core import Exercise, Tester, learners_hooks
 from ._shared import _outputs, _tiny
@@ -191,6 +194,47 @@ def _(answer, t: Tester) -> None:
                 "run_with_cache(model, tokens, ['blocks.0.self_attn', 'blocks.1', 'blocks.0.self_attn.out_proj'])")
 
 
+class _AttnAddsInPlace(nn.Module):
+    """Dimension ``alias`` for a tuple output: a hand-written block that adds its input to the
+    attention's output in place (``a += x``), after ``attn``'s forward hooks ran. It keeps that output
+    (``attn_output``, the tensor itself) so that the check can see whether a cached tensor shares its
+    memory. Input ``(N, L, 8)``, output ``(N, L, 3)``."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+            self.head = nn.Linear(8, 3)
+        self.attn_output: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a, _ = self.attn(x, x, x, need_weights=False)
+        self.attn_output = a
+        a += x  # in place: writes into what attn returned
+        return self.head(a)
+
+
+@exercise.case("a block that adds its input in place to what its nn.MultiheadAttention returned (a += x)")
+def _(answer, t: Tester) -> None:
+    model = _AttnAddsInPlace(seed=10)
+    x = kit.randn(2, 5, 8, seed=10)
+    want = _outputs(model, x, ["attn"])[1]["attn"]
+    t.track(model)
+    logits, cache = _pair(answer(model, x, ["attn"]), t, "run_with_cache(block, x, ['attn'])")
+    t.expect_type(cache, dict, what="the cache", nudge="a dict name -> tensor")
+    t.expect("attn" in cache, what="the names in the cache", expected=["attn"], got=sorted(cache),
+             nudge="one entry per name asked for")
+    t.expect_type(cache["attn"], torch.Tensor, what="cache['attn']", nudge=(
+        "a tensor: for a module that returns a tuple (nn.MultiheadAttention), its first element, output[0]"))
+    nudge_copy = ("the block's `a += x` wrote into attn's output after your hook ran, and what you stored shares "
+                  "its memory: store output[0].detach().clone(), a copy (detach() alone shares memory with the "
+                  "output, for a tuple's element as for a tensor)")
+    shares = cache["attn"].untyped_storage().data_ptr() == model.attn_output.untyped_storage().data_ptr()
+    t.expect(not shares, what="the memory of cache['attn']", expected="a copy of its own",
+             got="the memory of attn's output", nudge=nudge_copy)
+    t.expect_close(cache["attn"], want, what="cache['attn']", nudge=nudge_copy)
+
+
 @exercise.case("the cached tensors hold no autograd graph (a cache kept for long must not hold it)",
                      hidden=True)
 def _(answer, t: Tester) -> None:
@@ -234,6 +278,19 @@ def _cache_no_clone(model, tokens, names):
     cache = {}
     logits = _hooked(model, tokens, names, lambda n: lambda m, a, o: cache.__setitem__(n, o.detach()))
     return logits, cache
+
+
+@exercise.wrong("copies a tensor output, but stores a tuple's output[0].detach() without a copy",
+                mentions="for a tuple's element")
+def _cache_tuple_no_clone(model, tokens, names):
+    cache = {}
+
+    def store(n):
+        def hook(m, a, o):
+            cache[n] = o[0].detach() if isinstance(o, tuple) else o.detach().clone()
+        return hook
+
+    return _hooked(model, tokens, names, store), cache
 
 
 @exercise.wrong("looks modules up with getattr (top level only)", mentions="get_submodule")
