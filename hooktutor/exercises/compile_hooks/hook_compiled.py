@@ -17,6 +17,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch._dynamo
 from torch import nn
@@ -75,12 +77,15 @@ def _with_hooks(model: nn.Module, x: torch.Tensor, hooks: dict) -> torch.Tensor:
             h.remove()
 
 
-def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, second: str | None = None) -> None:
+def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, second: str | None = None,
+         after_removal: bool = False) -> None:
     """Compile ``model``, call it once, attach a hook through the answer (then, after another call,
     a second one on ``second``); each next compiled call must give what the plain model gives with
-    the same hooks, and ``handle.remove()`` must take them off. The hooks have no side effects (a
-    hook that appends to a list makes every call compile again, which would hide the mistake):
-    what they return is how the check sees that they ran."""
+    the same hooks, and ``handle.remove()`` must take them off (no hook left; with
+    ``after_removal`` the compiled model called once more must give the plain output, one more
+    compile). The hooks have no side effects (a hook that appends to a list makes every call
+    compile again, which would hide the mistake): what they return is how the check sees that
+    they ran."""
     layer = model.get_submodule(name)
 
     def zero(module, args, output):
@@ -124,18 +129,19 @@ def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, sec
                      nudge="return the handle register_forward_hook gave you")
             for h in handles:
                 h.remove()
-            after = compiled(x)
+            after = compiled(x) if after_removal else None
         torch._dynamo.reset()
     left = learners_hooks(model)
     for row in left:
         remove_row(model, row)
     t.expect(not left, what="hooks left after removing the handles you returned", expected="none",
              got=f"{len(left)} hook(s)", nudge="attach one hook and return its handle")
-    t.expect_close(after, plain, what="compiled(x) after handle.remove()", atol=1e-6, rtol=1e-5,
-                   nudge="handle.remove() must give back the model without the hook: return that hook's handle")
+    if after_removal:
+        t.expect_close(after, plain, what="compiled(x) after handle.remove()", atol=1e-6, rtol=1e-5,
+                       nudge="handle.remove() must give back the model without the hook: return that hook's handle")
 
 
-# a check that compiles (three to five compiles with the "eager" backend, about 0.1 s each on an
+# a check that compiles (eight compiles in all with the "eager" backend, about 0.05 s each on an
 # idle laptop core) takes longer than one that only runs hooks
 exercise.check_budget_s = 5.0
 exercise.time_limit = 10.0   # per case: a first compile on a busy machine can pass the usual 2 s
@@ -143,7 +149,7 @@ exercise.time_limit = 10.0   # per case: a first compile on a busy machine can p
 
 @exercise.case("an MLP compiled and called; a hook on its first Linear")
 def _(answer, t: Tester) -> None:
-    _run(answer, t, mlp(30), "0", kit.randn(2, 4, seed=30))
+    _run(answer, t, mlp(30), "0", kit.randn(2, 4, seed=30), after_removal=True)
 
 
 @exercise.case("a layer inside a nested Sequential (encoder.body.2)")
@@ -176,9 +182,9 @@ def _compile_again(compiled, layer, hook):
 
 
 @exercise.wrong("resets only once, on the first hook it attaches", mentions="for every hook you attach", hidden=True)
-def _reset_once(compiled, layer, hook, _done=set()):   # noqa: B006 - state kept across calls is the mistake
+def _reset_once(compiled, layer, hook, _done=weakref.WeakSet()):   # noqa: B006 - state kept across calls is the mistake
     handle = layer.register_forward_hook(hook)
-    if id(compiled) not in _done:
-        _done.add(id(compiled))
+    if compiled not in _done:   # (a WeakSet: an id() could be reused by the next check's model)
+        _done.add(compiled)
         torch._dynamo.reset()
     return handle
