@@ -196,6 +196,15 @@ def _compiler_is_compiling() -> bool:
     return is_compiling() is False   # outside a trace
 
 
+def _export_non_strict() -> bool:
+    import inspect
+
+    import torch
+    import torch.export
+
+    return "strict" in inspect.signature(torch.export.export).parameters
+
+
 def _mha_fastpath_switch() -> bool:
     import torch
 
@@ -236,7 +245,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         kind="behaviour",
         lessons=("02_forward_hooks", "11_compile_and_export"),
         where="02 section 10 (the warning, one cell); 11: the prediction, section 1 (late hooks, removal and "
-              "replacement), section 4 (capture on a compiled model), 'Try it live' and the claims",
+              "replacement), section 2 (a late full backward hook), section 4 (capture on a compiled model), "
+              "'Try it live' and the claims",
         before="a forward hook added after the first compiled call, on a built-in layer that had no hook, "
                "fires: the compiled graph calls the layer as a module (`call_module`), hooks included",
         after="the compiled graph inlines built-in layers (`F.linear`, ...), so that late hook does not fire "
@@ -263,6 +273,25 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "lists is_compiling and is_dynamo_compiling; present in the 2.13.0 wheel (the 2.1.2 and 2.15.0 "
                  "wheels were not available to the author: run python3 course.py compat)",
         probe=_compiler_is_compiling,
+    ),
+    Claim(
+        id="export-non-strict",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 5 (`torch.export` and hooks: what an exported program keeps of forward hooks, backward "
+              "hooks, a parametrization) and the claim 'torch.export throws away forward hooks'",
+        before="`torch.export.export(f, args, kwargs, constraints)` traces with Dynamo only (no `strict` keyword); "
+               "on 2.1.2 it fails on the lesson's models, with a forward hook ('graph-captured input #1 ... is "
+               "not among original args'), with a full backward hook (Unsupported) and with a parametrization",
+        after="`torch.export.export(..., strict=False)` traces the Python forward as it is (hooks run during "
+              "the trace) with fake tensors",
+        since="2.2.0",
+        evidence="pytorch/pytorch#114697 ('Adding an option to torch.export called strict=True', merged November "
+                 "2023, before the 2.2 branch cut) separates the strict and non-strict paths; the 2.1.2 wheel's "
+                 "signature has no `strict`, the 2.13.0 and 2.15.0 wheels have it and run the lesson's export "
+                 "cells. Releases 2.2 to 2.12 were not run here: that non-strict export handles these cells "
+                 "there is bracketed between 2.1.2 (no) and 2.13.0 (yes), not tested",
+        probe=_export_non_strict,
     ),
     Claim(
         id="error-names-forward-op",
