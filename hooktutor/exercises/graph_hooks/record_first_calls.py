@@ -148,11 +148,19 @@ def _records_case(answer: Callable, t: Tester, build: Callable[[], nn.Module], x
     """``answer(model, x)`` on a fresh model from ``build``, ``runs`` times in a row on the same model
     (each run's records must be those of its own forward pass)."""
     want = _expected_records(build(), x)
+    reference = build()
+    reference(x).sum().backward()   # the gradients one model(x).sum().backward() gives
     model = t.track(build(), "the model")
     for run in range(runs):
         with kit.HookWitness([*_leaves(model), (_ROOT, model)]) as witness:
             got = answer(model, x)
         _expect_records(t, model, got, want, witness, what if not run else f"{what}, run again on the same model")
+        for (name, p), r in zip(model.named_parameters(), reference.parameters()):
+            t.expect(torch.allclose(p.grad, (run + 1) * r.grad, rtol=1e-4, atol=1e-6),
+                     what=f"{name}.grad after your call", expected="the gradient of model(x).sum()",
+                     got="another gradient", nudge=(
+                         "run exactly model(x).sum().backward(): the task's backward, whose recomputation "
+                         "you record (not a scaled or another loss)"))
 
 
 _ROOT = "<the model>"   # the witness's name for the model itself (no module path has angle brackets)
@@ -383,4 +391,26 @@ def _two_runs(model, x):
         for h in handles:
             h.remove()
     model(x).sum().backward()
+    return records
+
+
+@exercise.wrong("backpropagates 0 * the loss", mentions="not a scaled or another loss")
+def _zero_loss(model, x):
+    records, phase = {}, {"forward": True}
+
+    def make(name):
+        def hook(module, args, output):
+            if phase["forward"]:
+                records.setdefault(name, []).append(output.detach().clone())
+        return hook
+
+    handles = [module.register_forward_hook(make(name))
+               for name, module in model.named_modules() if not list(module.children())]
+    try:
+        out = model(x)
+        phase["forward"] = False
+        (0 * out.sum()).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
     return records

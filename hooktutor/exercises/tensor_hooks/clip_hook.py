@@ -55,8 +55,8 @@ exercise = Exercise(
         "grad.norm() is the norm of the whole gradient. grad * (max_norm / norm) has the same "
         "direction and norm max_norm.",
         "A hook changes the gradient only through what it returns: return the new tensor, or None "
-        "to keep the gradient. Never edit grad in place (grad.mul_): it can be a read-only expanded "
-        "tensor or shared with other branches.",
+        "to keep the gradient. Never edit grad in place (grad.mul_): it can be an expanded "
+        "tensor (one value behind every element) or shared with other branches.",
         "Start the hook with `if grad is None: return None`: a hook on a tensor that the backward "
         "does not need (the unused output of chunk or split) is called with None.",
     ],

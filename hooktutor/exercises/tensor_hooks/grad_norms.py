@@ -61,7 +61,7 @@ exercise = Exercise(
           "(intermediate results or parameters). Run loss.backward() once and return a dict "
           "name -> float, the norm of the gradient that reached each tensor in this backward (one "
           "call of its hook: the loss has no reentrant checkpoint, section 7). Use "
-          "one tensor hook per tensor (one tensor may come under two names), and remove every hook you "
+          "one tensor hook per name (one tensor may come under two names), and remove every hook you "
           "added before returning; the caller's own hooks and its parameters' .grad are left to it: "
           "loss.backward() accumulates as usual"),
     hints=[

@@ -238,6 +238,24 @@ def _(answer, t: Tester) -> None:
     _ema_case(answer, t, mlp, _sgd, 0.5, 2, 5, seed=1, what="attach_ema(sgd, 0.5, 2)")
 
 
+@exercise.case("halfway through a warm-up of 3 steps: after step 1, the copies are the weights")
+def _(answer, t: Tester) -> None:
+    model = t.track(mlp(4), "the model")
+    opt = _sgd(model)
+    with kit.LeftAsFound(t, model, optimizer=opt):
+        averages, handle = _attach(answer, t, opt, 0.5, 3, "attach_ema(sgd, 0.5, 3)")
+        try:
+            train(model, opt, 1, 4)
+            now = [p.detach().clone() for p in params(opt)]
+        finally:
+            remove_all(handle)
+    t.expect(all(torch.equal(a, p) for a, p in zip(averages, now)),
+             what="the averages after step 1 of a 3-step warm-up", expected="the weights after step 1",
+             got="something else", nudge=(
+                 "during the warm-up the copies follow the weights after EVERY step, not only once it ends: "
+                 "after each of the first warmup steps, avg.copy_(p)"))
+
+
 @exercise.case("a nested model in float64 trained 3 steps with Adam, decay 0.9, no warm-up; then the handle "
                "is removed")
 def _(answer, t: Tester) -> None:
@@ -387,3 +405,20 @@ def _handle_of_nothing(optimizer, decay, warmup):
             pass
 
     return averages, Handle()
+
+
+@exercise.wrong("copies the weights only when the warm-up ends", mentions="after EVERY step")
+def _copies_at_the_end_only(optimizer, decay, warmup):
+    averages = [p.detach().clone() for group in optimizer.param_groups for p in group["params"]]
+    count = [0]
+
+    def after_step(opt, args, kwargs):
+        count[0] += 1
+        with torch.no_grad():
+            for avg, p in zip(averages, (p for g in opt.param_groups for p in g["params"])):
+                if count[0] == warmup:
+                    avg.copy_(p)
+                elif count[0] > warmup:
+                    avg.mul_(decay).add_(p, alpha=1 - decay)
+
+    return averages, optimizer.register_step_post_hook(after_step)
