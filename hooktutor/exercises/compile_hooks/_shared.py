@@ -11,6 +11,8 @@ from torch import nn
 
 from ...models import seeded
 
+_MISSING = object()
+
 
 @contextlib.contextmanager
 def compiling() -> Iterator[None]:
@@ -19,12 +21,20 @@ def compiling() -> Iterator[None]:
     The first ``torch.compile`` of a process patches some of torch once (``TorchPatcher``): on
     torch 2.1 it wraps every optimizer class's ``step``, after which optimizer step hooks never
     fire again in that process (lesson 08's checks use them). The block puts back every
-    attribute of the optimizer classes, and the distributions' default argument validation,
-    as they were before it."""
+    attribute of the optimizer classes (and the ``hooked`` mark of their step functions), and the
+    distributions' default argument validation, as they were before it."""
     import torch._dynamo  # noqa: F401  (imported here, so that its own import-time changes come first)
 
     classes = [c for c in vars(torch.optim).values() if inspect.isclass(c) and issubclass(c, torch.optim.Optimizer)]
     saved = [(c, dict(vars(c))) for c in classes]
+    # torch 2.1 also marks each step function `hooked` ("disable future hooking"): an optimizer class
+    # whose step was not wrapped yet would then never get the wrapper that calls the step hooks
+    steps = []
+    for cls in classes:
+        fn = vars(cls).get("step")
+        while fn is not None and fn not in [f for f, _ in steps]:
+            steps.append((fn, vars(fn).get("hooked", _MISSING) if hasattr(fn, "__dict__") else _MISSING))
+            fn = getattr(fn, "__wrapped__", None)
     validate = torch.distributions.Distribution._validate_args
     try:
         yield
@@ -33,6 +43,11 @@ def compiling() -> Iterator[None]:
             for name, value in attrs.items():
                 if vars(cls).get(name) is not value:
                     setattr(cls, name, value)
+        for fn, hooked in steps:
+            if hooked is not _MISSING:
+                fn.hooked = hooked
+            elif hasattr(fn, "__dict__"):
+                vars(fn).pop("hooked", None)
         torch.distributions.Distribution._validate_args = validate
 
 
