@@ -147,6 +147,7 @@ NBGRADER_SERVER_EXTENSIONS = ("nbgrader.server_extensions.assignment_list",
                               "nbgrader.server_extensions.validate_assignment")
 # JupyterLab's own supported switches: no news fetched, no update checks, and (so no prompt
 # appears) the question "get notified about official Jupyter news?" already answered no.
+LSP_LAB_EXTENSION = "@jupyterlab/lsp-extension"
 LAB_SETTING_DEFAULTS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
                                                                          "checkForUpdates": False}}
 
@@ -162,13 +163,14 @@ def lab_config(instructor: bool = False) -> dict[str, object]:
         "LabApp": {"news_url": None,
                    "check_for_updates_class": "jupyterlab.handlers.announcements.NeverCheckForUpdate"}}
     server["KernelManager"] = {"transport_encryption": "auto"}
-    page: dict[str, object] = {"disabledExtensions": {}}
+    # ... and its Lab side, which would ask the server for /lsp/status on every page load (a 404)
+    page: dict[str, object] = {"disabledExtensions": {LSP_LAB_EXTENSION: True}}
     # jupyter-lsp comes with JupyterLab and looks for language servers the course never installs,
     # printing a long "Skipped non-installed server(s)" line at every start: off in both modes
     server["ServerApp"] = {"jpserver_extensions": {"jupyter_lsp": False}}
     if not instructor:
         server["ServerApp"]["jpserver_extensions"].update(dict.fromkeys(NBGRADER_SERVER_EXTENSIONS, False))
-        page["disabledExtensions"] = {NBGRADER_LAB_EXTENSION: True}
+        page["disabledExtensions"] = {LSP_LAB_EXTENSION: True, NBGRADER_LAB_EXTENSION: True}
     return {"jupyter_server_config.json": server,
             "labconfig/page_config.json": page,
             "labconfig/default_setting_overrides.json": LAB_SETTING_DEFAULTS}

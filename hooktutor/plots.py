@@ -63,7 +63,7 @@ def histogram(values: torch.Tensor, *, title: str = "activations", bins: int = 4
     a.hist(data.numpy(), bins=bins, color=color)
     zeros = float((data == 0).float().mean()) if data.numel() else 0.0
     a.set_title(f"{title}  (min {float(data.min()) + 0.0:.2f}, zeros {zeros:.0%})" if data.numel() else title,
-                fontsize=9)
+                fontsize=11)
     a.set_xlabel("value")
     a.set_ylabel("count")
     return fig
@@ -85,8 +85,8 @@ def feature_maps(maps: torch.Tensor, *, title: str = "feature maps", max_maps: i
                  vmax=max(hi, -lo) if lo < 0 else hi)
         a.set_xticks([])
         a.set_yticks([])
-        a.set_title(str(i), fontsize=7)
-    fig.suptitle(title, fontsize=9)
+        a.set_title(str(i), fontsize=10)
+    fig.suptitle(title, fontsize=11)
     return fig
 
 
@@ -99,10 +99,10 @@ def gradient_flow(norms: Mapping[str, float], *, title: str = "gradient norm per
     vals = [max(float(norms[n]), 1e-12) for n in names]
     a.bar(range(len(names)), vals, color="tab:orange")
     a.set_xticks(range(len(names)))
-    a.set_xticklabels(names, rotation=45, ha="right", fontsize=7)
+    a.set_xticklabels(names, rotation=45, ha="right", fontsize=10)
     if log:
         a.set_yscale("log")
-    a.set_title(title, fontsize=9)
+    a.set_title(title, fontsize=11)
     return fig
 
 
@@ -125,14 +125,14 @@ def hook_timeline(trace: Any, ax: Any = None):
         if xs:
             a.scatter(xs, ys, c=color, marker=marker, label=kind, s=30)
     a.set_yticks(range(len(paths)))
-    a.set_yticklabels(paths, fontsize=7)
+    a.set_yticklabels(paths, fontsize=10)
     a.invert_yaxis()
     a.set_xlabel("firing order")
     from matplotlib.ticker import MaxNLocator
 
     a.xaxis.set_major_locator(MaxNLocator(integer=True))
-    a.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    a.set_title(f"hook firing order in {trace.model_name}", fontsize=9)
+    a.legend(fontsize=10, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    a.set_title(f"hook firing order in {trace.model_name}", fontsize=11)
     return fig
 
 
@@ -166,11 +166,11 @@ def line_plot(series: Mapping[str, Sequence[float]], *, title: str = "", xlabel:
     a = axes if ax is not None else axes[0][0]
     for name, values in series.items():
         a.plot(list(values), label=name)
-    a.set_title(title, fontsize=9)
+    a.set_title(title, fontsize=11)
     a.set_xlabel(xlabel)
     a.set_ylabel(ylabel)
     if series:
-        a.legend(fontsize=7)
+        a.legend(fontsize=10)
     return fig
 
 
@@ -184,16 +184,16 @@ def grid(values: torch.Tensor, *, rows: Sequence[str], cols: Sequence[str], titl
     a = axes[0][0]
     image = a.imshow(shown.numpy(), cmap="Blues", vmin=vmin, vmax=vmax, aspect="auto")
     a.set_xticks(range(len(cols)))
-    a.set_xticklabels(list(cols), fontsize=8)
+    a.set_xticklabels(list(cols), fontsize=10)
     a.set_yticks(range(len(rows)))
-    a.set_yticklabels(list(rows), fontsize=8)
+    a.set_yticklabels(list(rows), fontsize=10)
     for i in range(shown.shape[0]):
         for j in range(shown.shape[1]):
             v = float(shown[i, j])
-            a.text(j, i, f"{v:.{decimals}f}", ha="center", va="center", fontsize=7,
+            a.text(j, i, f"{v:.{decimals}f}", ha="center", va="center", fontsize=10,
                    color="white" if v > (vmin + vmax) / 2 else "black")
-    a.set_xlabel(xlabel, fontsize=8)
-    a.set_title(title, fontsize=9)
+    a.set_xlabel(xlabel, fontsize=10)
+    a.set_title(title, fontsize=11)
     fig.colorbar(image, ax=a, fraction=0.05)
     return fig
 

@@ -71,12 +71,12 @@ def test_the_solution_passes_visible_and_hidden_cases(ex):
 def test_a_wrong_type_is_named_not_a_crash(ex):
     report = ex.check(lambda m: m.lin.weight.grad.tolist() if m(torch.ones(1, 2)).sum().backward() is None else 0)
     assert report.failure.status == "mismatch"
-    assert "the returned gradient is a list, but should be a Tensor" in report.text
+    assert "The returned gradient is a list, but should be a Tensor" in report.text
 
 
 def test_none_returned_is_named(ex):
     report = ex.check(lambda m: None)
-    assert "the returned gradient is None (nothing was returned)" in report.text
+    assert "The returned gradient is None (nothing was returned)" in report.text
 
 
 def test_an_error_in_the_learners_code_is_theirs(ex):

@@ -41,7 +41,8 @@ def test_learner_mode_turns_off_nbgrader_and_the_news_prompt(course, tmp_path):
     files = read(course.write_lab_config(tmp_path / "cfg", instructor=False))
     assert set(files) == {"jupyter_server_config.json", "labconfig/page_config.json",
                           "labconfig/default_setting_overrides.json"}
-    assert files["labconfig/page_config.json"] == {"disabledExtensions": {"@jupyter/nbgrader": True}}
+    assert files["labconfig/page_config.json"] == {"disabledExtensions": {"@jupyterlab/lsp-extension": True,
+                                                                          "@jupyter/nbgrader": True}}
     assert files["labconfig/default_setting_overrides.json"] == NEWS_OFF
     server = files["jupyter_server_config.json"]
     assert server["ServerApp"]["jpserver_extensions"] == {"jupyter_lsp": False,
@@ -61,7 +62,7 @@ def test_kernels_get_encryption_keys_so_the_terminal_is_not_filled_with_tcp_warn
 
 def test_instructor_mode_keeps_nbgrader_and_still_asks_nothing_about_news(course, tmp_path):
     files = read(course.write_lab_config(tmp_path / "cfg", instructor=True))
-    assert files["labconfig/page_config.json"] == {"disabledExtensions": {}}
+    assert files["labconfig/page_config.json"] == {"disabledExtensions": {"@jupyterlab/lsp-extension": True}}
     # the language-server extension is off in both modes (it only printed "Skipped ..." lines)
     assert files["jupyter_server_config.json"]["ServerApp"] == {"jpserver_extensions": {"jupyter_lsp": False}}
     assert files["labconfig/default_setting_overrides.json"] == NEWS_OFF
@@ -117,7 +118,8 @@ def test_cmd_lab_writes_the_mode_and_starts_lab_with_it(course, monkeypatch, tmp
     folder = course.lab_config_dir(instructor)
     assert kw["env"]["JUPYTER_CONFIG_PATH"] == str(folder)
     page = json.loads((folder / "labconfig" / "page_config.json").read_text())
-    assert page["disabledExtensions"] == ({} if instructor else {"@jupyter/nbgrader": True})
+    assert page["disabledExtensions"] == ({"@jupyterlab/lsp-extension": True} if instructor else
+                                          {"@jupyterlab/lsp-extension": True, "@jupyter/nbgrader": True})
 
 
 def test_learner_lab_opens_a_workbook_without_solutions(course, monkeypatch, tmp_path):

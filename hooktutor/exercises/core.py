@@ -280,7 +280,8 @@ class CheckReport:
         if self.note:
             lines.append(("also", self.note))
         lines.append(("next", f"fix your answer and run the check again; {next_steps(ex)}"))
-        return lines
+        # each line of advice reads as a sentence
+        return [(k, t[:1].upper() + t[1:] if k in ("why", "next", "also") else t) for k, t in lines]
 
     def __repr__(self) -> str:
         out = []
@@ -299,8 +300,9 @@ class CheckReport:
             if key == "title":
                 rows.append(f"<div style='font-weight:bold;color:{color}'>{html.escape(text)}</div>")
             else:
-                rows.append(f"<div><span style='display:inline-block;width:6em;color:#555'>{key}</span>"
-                            f"{html.escape(text)}</div>")
+                # a row per line: the label in its own column, so a wrapped line stays right of it
+                rows.append(f"<div style='display:flex'><span style='flex:0 0 6em;color:#555'>{key}</span>"
+                            f"<span style='flex:1 1 auto'>{html.escape(text)}</span></div>")
         return (f"<div class='hooktutor-check' style='border-left:4px solid {color};padding:4px 8px'>"
                 + "".join(rows) + "</div>")
 
@@ -585,7 +587,8 @@ class Exercise:
             tester.leaks()
             return CaseResult(description, "unfinished", {"why": (
                 "your function still raises NotImplementedError. Replace the `raise "
-                "NotImplementedError(...)` line with your code" + (f" ({e})" if str(e) else "") + ".")})
+                "NotImplementedError(...)` line with your code"
+                + (f" ({e})" if str(e) and "write your answer here" not in str(e) else "") + ".")})
         except Exception as e:  # reported instead of a traceback
             tester.leaks()
             text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]

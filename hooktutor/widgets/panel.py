@@ -120,12 +120,14 @@ class HookPanel(HookWidget):
         self._grad_view = PngView(self.grad_out)
         wrap = w.Layout(flex_flow="row wrap", align_items="center")
         charts = w.HBox([self.act_out, self.grad_out], layout=w.Layout(flex_flow="row wrap"))
-        results = w.VBox([self.loss_html, w.HBox([self.show_layer, self.show_kind, self.store], layout=wrap),
+        # the in-place switch's status right under the loss line, at the top of the results: the
+        # switch changes no picture when the hook stores a copy, so this line is where its effect
+        # shows, and it must be in view on a laptop screen without scrolling
+        results = w.VBox([self.loss_html, self.inplace_html,
+                          w.HBox([self.show_layer, self.show_kind, self.store], layout=wrap),
                           charts, self.table_html], layout=w.Layout(flex="1 1 0", min_width="0"))
         results.add_class("hooktutor-results")
-        # the in-place switch's status under the switch, as wide as the controls (it wraps)
-        self.inplace_html.layout = w.Layout(width=f"{label + 130}px")
-        left = w.VBox([*controls, self.inplace_html], layout=w.Layout(flex="0 0 auto"))
+        left = w.VBox(controls, layout=w.Layout(flex="0 0 auto"))
         left.add_class("hooktutor-controls")
         self.widget = w.VBox([w.HBox([left, results])])
         self.widget.add_class("hooktutor-panel")
@@ -234,7 +236,7 @@ class HookPanel(HookWidget):
         if self._original_inplace and snap.error is None and snap.activations.get(layer) is not None:
             kept = kept_without_copy(self.model, self.inputs, self.modules[layer])
         self.inplace_text = self._describe_inplace(layer, kept)
-        self.inplace_html.value = (f"<div class='hooktutor-inplace-text' style='{COMPACT}'>"
+        self.inplace_html.value = (f"<div class='hooktutor-inplace-text' style='line-height: 1.3; margin: 0'>"
                                    f"{html.escape(self.inplace_text)}</div>" if self.inplace_text else "")
         if snap.error is not None:
             self._act_view.text(snap.error)

@@ -79,6 +79,7 @@ def test_learner_lab_has_no_nbgrader_or_news_prompt_and_instructor_lab_has_nbgra
         log = lab.log.read_text(errors="replace")
         assert "TCP without encryption" not in log, lab.log_tail()
         assert "Skipped non-installed server" not in log, lab.log_tail()  # jupyter-lsp is off
+        assert "/lsp/status" not in log, lab.log_tail()  # and so is Lab's side of it
         page.screenshot(path=str(_artifact(f"lab-{mode}-mode.png")))
     finally:
         context.close()
