@@ -4,7 +4,8 @@ Taught in ``08_training_hooks.ipynb`` (section 5). On Linux the processes are *f
 this one (:data:`START_METHOD`): they start at once, torch already imported, where a fresh
 Python would spend about two seconds importing torch and the ``torch._dynamo`` that DDP's
 constructor loads. macOS and Windows *spawn* them: the new process imports the function it
-runs by its module and name, and a notebook is no module. So the workers live here, and
+runs by its module and name, and a notebook is no module (Linux spawns too once a forked
+child could no longer run a backward pass: :func:`start_method`). So the workers live here, and
 :func:`run` refuses a function defined in a notebook on every system alike:
 
 * :func:`run` starts ``world_size`` processes, each joining one gloo process group on
@@ -54,6 +55,34 @@ TIMEOUT_S = 60.0
 # from notebooks the same way. macOS (where forking after some system libraries is unsafe) and
 # Windows (no fork) spawn a fresh interpreter instead.
 START_METHOD = "fork" if sys.platform.startswith("linux") else "spawn"
+
+
+def _autograd_refuses_forks() -> bool:
+    """Whether a process forked from this one could not run a backward pass.
+
+    Once autograd has started its worker threads in a process (torch 2.15 does so for a
+    backward through a ``torch.compile``-d model, even on a CPU), a forked child refuses every
+    backward ("Unable to handle autograd's threading in combination with fork-based
+    multiprocessing"). A throwaway child tries one tiny backward to find out: a few milliseconds.
+    """
+    pid = os.fork()
+    if pid == 0:  # the child: report by exit code, never return into the caller's code
+        code = 1
+        try:
+            torch.ones(1, requires_grad=True).sum().backward()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) != 0
+
+
+def start_method() -> str:
+    """How :func:`run` starts its processes here and now: :data:`START_METHOD`, or ``spawn``
+    where a forked process could not run a backward pass (see :func:`_autograd_refuses_forks`)."""
+    if START_METHOD == "fork" and _autograd_refuses_forks():
+        return "spawn"
+    return START_METHOD
 
 
 def free_port() -> int:
@@ -119,7 +148,7 @@ def run(worker: Callable[..., Any], world_size: int = 2, *, timeout: float = TIM
 
     with tempfile.TemporaryDirectory(prefix="hooktutor-ddp-") as out:
         context = mp.start_processes(_entry, args=(worker, world_size, free_port(), out, kwargs),
-                                     nprocs=world_size, join=False, start_method=START_METHOD)
+                                     nprocs=world_size, join=False, start_method=start_method())
         deadline = time.monotonic() + timeout
         try:
             while not context.join(timeout=0.05):

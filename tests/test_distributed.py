@@ -139,6 +139,16 @@ def test_a_failing_rank_is_raised_here_and_leaves_no_process():
     assert distributed.leftover_processes() == []
 
 
+@pytest.mark.skipif(distributed.START_METHOD != "fork", reason="processes are spawned here anyway")
+def test_processes_are_forked_unless_a_forked_child_could_not_run_a_backward(monkeypatch):
+    torch.ones(2, requires_grad=True).sum().backward()  # an eager backward keeps forks usable
+    assert not distributed._autograd_refuses_forks()
+    assert distributed.start_method() == "fork"
+    # after a backward through a compiled model torch 2.15 refuses backward in forked children
+    monkeypatch.setattr(distributed, "_autograd_refuses_forks", lambda: True)
+    assert distributed.start_method() == "spawn"
+
+
 def test_a_worker_defined_in_main_is_refused_with_the_reason():
     def worker(rank, world_size):
         return rank

@@ -266,10 +266,10 @@ def _(answer, t: Tester) -> None:
 
 
 def _recorder(model, x, keep: Callable[[str, dict], bool], copy: Callable[[torch.Tensor], torch.Tensor],
-              use_finally: bool = True, phase_flag: bool = True) -> dict:
+              use_finally: bool = True, phase_flag: bool = True, loss_scale: float = 1.0) -> dict:
     """One factory for the near-copy wrong answers: which calls are kept (``keep(name, records)``,
-    and only in the forward phase when ``phase_flag``), how the output is copied, and whether the
-    hooks are removed in a ``finally:``."""
+    and only in the forward phase when ``phase_flag``), how the output is copied, whether the
+    hooks are removed in a ``finally:``, and what multiplies the loss before backward."""
     records, phase = {}, {"forward": True}
 
     def make(name):
@@ -282,14 +282,14 @@ def _recorder(model, x, keep: Callable[[str, dict], bool], copy: Callable[[torch
     if not use_finally:
         out = model(x)
         phase["forward"] = False
-        out.sum().backward()
+        (loss_scale * out.sum()).backward()
         for h in handles:
             h.remove()
         return records
     try:
         out = model(x)
         phase["forward"] = False
-        out.sum().backward()
+        (loss_scale * out.sum()).backward()
     finally:
         for h in handles:
             h.remove()
@@ -396,21 +396,4 @@ def _two_runs(model, x):
 
 @exercise.wrong("backpropagates 0 * the loss", mentions="not a scaled or another loss")
 def _zero_loss(model, x):
-    records, phase = {}, {"forward": True}
-
-    def make(name):
-        def hook(module, args, output):
-            if phase["forward"]:
-                records.setdefault(name, []).append(output.detach().clone())
-        return hook
-
-    handles = [module.register_forward_hook(make(name))
-               for name, module in model.named_modules() if not list(module.children())]
-    try:
-        out = model(x)
-        phase["forward"] = False
-        (0 * out.sum()).backward()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return records
+    return _recorder(model, x, lambda n, r: True, _clone, loss_scale=0.0)
