@@ -102,8 +102,8 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
             self._warn_if_compiled_code_skipped_the_hooks()
 
     def _warn_if_compiled_code_skipped_the_hooks(self) -> None:
-        """Hooks added after a compiled model's first call do not run inside its compiled code
-        (dynamo does not guard on them): the recording has holes, and nothing else says so.
+        """Hooks added to layers that had none when a compiled model last compiled do not run inside
+        that code (dynamo does not guard their empty hook dicts): the recording has holes, and nothing else says so.
         One warning per capture, naming the compiled modules that ran in the block and the
         layers inside them that recorded nothing."""
         store, silent, inside, ran = self.recording.outputs._store, [], 0, []
@@ -122,8 +122,8 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         shown = ", ".join(silent[:4]) + (", ..." if len(silent) > 4 else "")
         warnings.warn(
             f"capture() recorded {inside - len(silent)} of the {inside} layers of this compiled model "
-            f"(torch.compile wrapper: {where}; nothing from {shown}): hooks added after its first "
-            "compiled call do not run inside the compiled code. Capture on the original module before "
+            f"(torch.compile wrapper: {where}; nothing from {shown}): a hook added to a layer that had "
+            "none when the model last compiled does not run inside that compiled code. Capture on the original module before "
             "compiling (or call torch._dynamo.reset() and let the next call compile again with the hooks "
             "in place); lesson 11 shows why.", CompiledModelWarning, stacklevel=3)
 

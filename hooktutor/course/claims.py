@@ -211,6 +211,72 @@ def _mha_fastpath_switch() -> bool:
     return hasattr(getattr(torch.backends, "mha", None), "set_fastpath_enabled")
 
 
+def _graph_count_of(fn, *args) -> int:
+    """How many graphs Dynamo makes for one call of ``fn(*args)`` and a backward of its output."""
+    import torch
+    import torch._dynamo
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, backend=backend)(*args).sum().backward()
+    finally:
+        torch._dynamo.reset()
+    return len(graphs)
+
+
+def _compile_traces_tensor_hook() -> bool:
+    import torch
+
+    def forward(x):
+        y = x * 2
+        y.register_hook(lambda grad: grad * 0.5)   # a hook on an intermediate tensor, no side effect
+        return y * 3
+
+    return _graph_count_of(forward, torch.ones(2, requires_grad=True)) == 1
+
+
+def _compile_module_backward_hook_reason() -> bool:
+    import torch
+    import torch._dynamo
+    from torch import nn
+    from torch._dynamo.utils import counters
+
+    model = nn.Linear(2, 2)
+    counters["graph_break"].clear()
+    with model.register_full_backward_hook(lambda m, gi, go: None):
+        _graph_count_of(lambda x: model(x * 2) * 2, torch.ones(1, 2, requires_grad=True))
+    reasons = list(counters["graph_break"])
+    assert reasons, "a full backward hook on a module no longer breaks the graph"
+    return any("backwards hooks require compiled autograd" in r.lower() for r in reasons)
+
+
+def _compile_traces_torch_nn_root_hooks() -> bool:
+    import torch
+    import torch._dynamo
+    from torch import nn
+
+    model, ran = nn.Sequential(nn.Embedding(4, 2)), []
+    compiled = torch.compile(model, backend="eager")
+    torch._dynamo.reset()
+    try:
+        with model.register_forward_hook(lambda m, a, o: ran.append(o), always_call=True):
+            compiled(torch.tensor([0]))
+            ran.clear()
+            try:
+                compiled(torch.tensor([9]))   # past the 4 rows: raises inside the compiled graph
+            except IndexError:
+                pass
+    finally:
+        torch._dynamo.reset()
+    return not ran
+
+
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="legacy-hook-future-warning",
@@ -292,6 +358,54 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "cells. Releases 2.2 to 2.12 were not run here: that non-strict export handles these cells "
                  "there is bracketed between 2.1.2 (no) and 2.13.0 (yes), not tested",
         probe=_export_non_strict,
+    ),
+    Claim(
+        id="compile-module-backward-hook-reason",
+        kind="wording",
+        lessons=("11_compile_and_export",),
+        where="section 2 (a full backward hook on a submodule of a compiled model: the graph break's reason)",
+        before="Dynamo breaks the graph at a submodule with a full backward hook with a generic reason "
+               "('call_function args: UnspecializedNNModuleVariable(Linear) ListVariable() ...')",
+        after="the reason names the cause: 'Module-level backwards hooks require compiled autograd.'",
+        since="2.3.0",
+        evidence="pytorch/pytorch#120685 ('[dynamo] Support module backwards hooks', merged March 2024, before "
+                 "the 2.3 branch cut) adds the BackwardHookVariable whose graph break gives this reason; the "
+                 "2.1.2 wheel gives the generic one, the 2.13.0 and 2.15.0 wheels this one. Releases 2.2 to 2.12 "
+                 "were not run here",
+        probe=_compile_module_backward_hook_reason,
+    ),
+    Claim(
+        id="compile-traces-tensor-hook",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 2 (a tensor hook that a forward hook registers on fc2's output, under torch.compile)",
+        before="`register_hook` on an intermediate tensor breaks the graph (2.1.2: unsupported call; later "
+               "releases: 'Compilation of intermediate hooks requires compiled autograd')",
+        after="Dynamo traces `register_hook` on an intermediate tensor into the graph when the hook has no "
+              "side effect (one graph; a hook that appends to a list still breaks it)",
+        since="2.11.0",
+        evidence="pytorch/pytorch#172126 ('Support hooks on intermediate tensors in dynamo', January 2026, "
+                 "fixing #172020, after the 2.10 branch cut); the 2.1.2 wheel breaks the graph, the 2.13.0 and "
+                 "2.15.0 wheels trace the hook. Releases 2.2 to 2.12 were not run here: the release is taken "
+                 "from the pull request's date",
+        probe=_compile_traces_tensor_hook,
+    ),
+    Claim(
+        id="compile-traces-torch-nn-root-hooks",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 1 (`always_call` under compile: the hooks of the compiled root when the compiled "
+              "forward raises) and the recap",
+        before="the root's `always_call` hook runs when the compiled forward raises, whatever the root's class",
+        after="for a root whose forward is torch.nn's (`nn.Sequential`), `torch.compile` traces the root's "
+              "call, hooks included (`wrap_inline` in torch/_dynamo/eval_frame.py), so the hook is part of "
+              "the graph and does not run when it raises; a root of your own class still has its hooks "
+              "called by Python around the compiled forward",
+        since="2.13.0",
+        evidence="observed: the 2.1.2 wheel runs the hook, the 2.13.0 and 2.15.0 wheels do not. Releases 2.2 "
+                 "to 2.12 were not run here, so the first release is bracketed between 2.1.2 and 2.13.0; "
+                 "2.13.0 is the first one observed",
+        probe=_compile_traces_torch_nn_root_hooks,
     ),
     Claim(
         id="error-names-forward-op",

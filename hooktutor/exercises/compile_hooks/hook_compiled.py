@@ -6,7 +6,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - technique: registers the hook and nothing else (the compiled code, made while the layer had no
   hook, does not guard on its hooks: the hook is skipped); registers it on the compiled wrapper
   (it fires once per call with the model's output, not the layer's); compiles the model again
-  with ``torch.compile`` (the learner's ``compiled`` object still runs its old code); calls the
+  with ``torch.compile`` (the learner's ``compiled`` object still runs its old code); makes
+  ``compiled`` run uncompiled (its forward replaced by the original module's call); calls the
   model once to "warm it up" (a call the learner did not ask for, with the hook firing in it);
 - reattach: two hooks attached one after the other to two layers: both must fire (the second
   reset must not be the only one that counts);
@@ -53,8 +54,9 @@ exercise = Exercise(
         "that register_forward_hook gave you.",
     ],
     solution=hook_compiled,
-    guide="""registering the hook and nothing else (since torch 2.5 the compiled code does not guard
-    the empty hook dicts of built-in layers: the hook is silently skipped); registering it on
+    guide="""registering the hook and nothing else (the compiled code does not guard the empty hook
+    dicts of submodules, and since torch 2.5 it inlines built-in layers: the hook is silently
+    skipped); registering it on
     the compiled wrapper (it fires with the whole model's output); calling `torch.compile`
     again (the caller's object keeps its code); calling the model to "warm it up" (a call
     nobody asked for); returning nothing, so the hook cannot be taken off.""",
@@ -98,9 +100,17 @@ def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, sec
     zeroed = _with_hooks(model, x, {layer: zero})
     other = model.get_submodule(second) if second else None
     both = _with_hooks(model, x, {layer: zero, other: shift}) if second else None
+    runs = []   # one item per run of compiled code: the model must stay compiled
+
+    def backend(gm, example_inputs):   # the "eager" backend, counting the runs of its graphs
+        def run(*args):
+            runs.append(1)
+            return gm.forward(*args)
+        return run
+
     with compiling():
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend="eager")
+        compiled = torch.compile(model, backend=backend)
         with torch.no_grad():
             compiled(x)
             # (no t.track(model): its stand-in hooks on every module would be compiled in at the next
@@ -109,7 +119,12 @@ def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, sec
                 handle = answer(compiled, layer, zero)
             t.expect(witness.calls[name] == 0, what=f"calls of {name} during your answer", expected=0,
                      got=witness.calls[name], nudge="attach the hook without calling the model: the caller calls it")
+            before = len(runs)
             got = compiled(x)
+            t.expect(len(runs) > before, what="compiled code run by compiled(x) after your answer",
+                     expected="at least one graph", got="none: the model ran uncompiled", nudge=(
+                         "keep `compiled` compiled: do not replace its forward or unwrap it; "
+                         "torch._dynamo.reset() makes its next call compile again, with the hook"))
             # the compiled model runs the same operations as the plain one: equal up to float rounding (1e-6);
             # a skipped or misplaced hook changes the output by 1e-2 and more
             t.expect_close(got, zeroed, what=f"compiled(x) with your hook zeroing {name}", atol=1e-6, rtol=1e-5,
@@ -181,6 +196,13 @@ def _on_wrapper(compiled, layer, hook):
 def _compile_again(compiled, layer, hook):
     handle = layer.register_forward_hook(hook)
     torch.compile(compiled._orig_mod, backend="eager")
+    return handle
+
+
+@exercise.wrong("makes the compiled model run uncompiled", mentions="do not replace its forward")
+def _uncompile(compiled, layer, hook):
+    handle = layer.register_forward_hook(hook)
+    compiled.forward = compiled._orig_mod.__call__   # compiled(x) now runs the model eagerly, for good
     return handle
 
 

@@ -5,8 +5,10 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - technique: registers forward hooks (what this exercise replaces); returns the module's node
   itself in the output, so an in-place operation after it (``ReLU(inplace=True)``) overwrites
-  the value that is returned (``inplace_after``); edits ``model`` itself, or the graph without
-  ``recompile()`` (the generated code still returns the old output);
+  the value that is returned (``inplace_after``); edits ``model`` itself (turns its in-place
+  ReLU off, which the traced copy shares), or the graph without ``recompile()`` (the generated
+  code still returns the old output); returns a module of its own around a
+  ``torch.fx.Interpreter`` instead of a ``GraphModule``;
 - nested: a layer inside a nested ``Sequential`` is a node whose target is its dotted path
   (``encoder.body.0``), not the child's name;
 - order: the names asked for in another order than the layers run;
@@ -79,9 +81,19 @@ def _expected(model: nn.Module, x: torch.Tensor, names: list[str]) -> tuple[torc
             h.remove()
 
 
+def _settings(model: nn.Module) -> dict[str, object]:
+    """Every module's plain settings (``inplace``, ``training``, ...) and each parameter's values."""
+    found = {f"{name or 'model'}.{key}": value for name, module in model.named_modules()
+             for key, value in vars(module).items()
+             if not key.startswith("_") and isinstance(value, (bool, int, float, str, tuple))}
+    found.update({f"{name} (values)": p.detach().clone() for name, p in model.named_parameters()})
+    return found
+
+
 def _run(answer, t: Tester, model: nn.Module, x: torch.Tensor, names: list[str], *, inplace: str = "") -> None:
     want_out, want = _expected(model, x, names)
     t.track(model)
+    settings = _settings(model)
     with kit.HookWitness([(n, model.get_submodule(n)) for n in names]) as witness:
         gm = answer(model, list(names))
         t.expect_type(gm, nn.Module, what="with_intermediates(model, names)", nudge="return the GraphModule")
@@ -91,6 +103,17 @@ def _run(answer, t: Tester, model: nn.Module, x: torch.Tensor, names: list[str],
     hooked = [n for n in names if witness.fired(n, "forward")]
     t.expect(not hooked, what="forward hooks on the layers while gm ran", expected="none", got=", ".join(hooked),
              nudge="return the intermediates from the rewritten graph, with torch.fx alone: no hooks")
+    t.expect_type(gm, torch.fx.GraphModule, what="with_intermediates(model, names)", nudge=(
+        "return a torch.fx.GraphModule, the one torch.fx.symbolic_trace(model) gave you with its graph "
+        "rewritten: a module of your own around it (an Interpreter, a wrapper) is not one"))
+    after = _settings(model)
+    changed = [k for k in settings if k not in after or not (
+        torch.equal(after[k], settings[k]) if isinstance(settings[k], torch.Tensor) else after[k] == settings[k])]
+    t.expect(not changed, what=f"{changed[0] if changed else 'model'} after your answer",
+             expected=settings[changed[0]] if changed else "as it was",
+             got=after.get(changed[0]) if changed else "as it was", nudge=(
+                 "leave the model as it was: the GraphModule shares its layers, so change the graph, "
+                 "not a layer's settings (a clone node keeps a copy safe from an in-place ReLU)"))
     t.expect_type(got, tuple, what="gm(x)", nudge=("gm(x) returns a tuple (output, {name: intermediate}): change "
                                                    "the output node, then gm.recompile() to regenerate the code"))
     t.expect(len(got) == 2 and isinstance(got[1], dict), what="gm(x)", expected="(output, dict)",
@@ -167,6 +190,40 @@ def _no_recompile(model, names):
 @exercise.wrong("matches node.name instead of node.target", mentions="node.target", hidden=True)
 def _by_name(model, names):
     return _rewrite(model, names, match=lambda node: node.name)
+
+
+@exercise.wrong("turns the model's in-place ops off and returns the nodes, no copy",
+                mentions="leave the model as it was")
+def _inplace_off(model, names):
+    for module in model.modules():
+        if getattr(module, "inplace", False):
+            module.inplace = False   # changes the learner's model
+    return _rewrite(model, names, copy=False)
+
+
+class _Recorder(torch.fx.Interpreter):
+    def __init__(self, gm, names):
+        super().__init__(gm)
+        self.names, self.kept = names, {}
+
+    def call_module(self, target, args, kwargs):
+        out = super().call_module(target, args, kwargs)
+        if target in self.names:
+            self.kept[target] = out.clone()
+        return out
+
+
+@exercise.wrong("returns a module of its own around a torch.fx.Interpreter", mentions="torch.fx.GraphModule")
+def _interpreter(model, names):
+    class Interpreted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gm = torch.fx.symbolic_trace(model)
+
+        def forward(self, x):
+            recorder = _Recorder(self.gm, names)
+            return recorder.run(x), recorder.kept
+    return Interpreted()
 
 
 @exercise.wrong("records with forward hooks", mentions="no hooks")
