@@ -124,8 +124,8 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
             f"capture() recorded {inside - len(silent)} of the {inside} layers of this compiled model "
             f"(torch.compile wrapper: {where}; nothing from {shown}): a hook added to a layer that had "
             "none when the model last compiled does not run inside that compiled code. Capture on the "
-            "original module before compiling (or call torch._dynamo.reset() and let the next call compile again with the hooks "
-            "in place); lesson 11 shows why.", CompiledModelWarning, stacklevel=3)
+            "original module before compiling (or call torch._dynamo.reset() and let the next call "
+            "compile again with the hooks in place); lesson 11 shows why.", CompiledModelWarning, stacklevel=3)
 
 
 class _CompiledWrapper:
