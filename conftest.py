@@ -4,11 +4,12 @@ The notebook kernels that nbval and the tests start inherit this process's envir
 MPLBACKEND set in the shell (or by a library) would make them draw nowhere instead of
 inline, and every stored figure would go missing, so it is removed here.
 
-Every notebook is also collected once per CPU profile (``--cpu-profiles``, default ``default``;
-see ``hooktutor/course/cpu_profiles.py``): the same strict nbval comparison, in a kernel started
-with that profile's environment, so the stored outputs are checked against the numbers an older
-CPU computes. Their test ids read ``notebooks/NN_x.ipynb[cpu=default]::Cell 5``. (The AVX2
-profile is checked by ``tests/test_rerun.py``, which runs every notebook anyway.)
+With ``--cpu-profiles=default`` (or ``avx2``, or both) every notebook is also collected once per
+CPU profile (see ``hooktutor/course/cpu_profiles.py``): the same strict nbval comparison, in a
+kernel started with that profile's environment, so the stored outputs are checked against the
+numbers an older CPU computes. Their test ids read ``notebooks/NN_x.ipynb[cpu=default]::Cell 5``.
+The test command adds none: ``tests/test_rerun.py`` and ``tests/test_student.py`` run every
+notebook anyway, under ``default`` and ``avx2``, and hold it to its stored outputs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def pytest_addoption(parser):
     from hooktutor.course.cpu_profiles import DEFAULT_PROFILES
 
     parser.addoption(
-        "--cpu-profiles", default=",".join(DEFAULT_PROFILES), metavar="NAMES",
+        "--cpu-profiles", default=",".join(DEFAULT_PROFILES) or "none", metavar="NAMES",
         help="with --nbval, also run every notebook as these CPUs would (comma-separated: "
              "avx2, default; 'none' for only this machine's own). Default: %(default)s")
 

@@ -20,11 +20,11 @@ the course-wide form of the "no hook left" asserts a lesson would otherwise repe
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 
 import nbformat
 import pytest
+from _notebook_outputs import comparable, sanitizers
 from nbclient import NotebookClient
 
 from hooktutor.course.cpu_profiles import RERUN_PROFILE, profile_environment
@@ -33,34 +33,6 @@ pytestmark = pytest.mark.course_env
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-TEXT_TYPES = ("text/plain", "text/html", "text/latex", "text/markdown")
-
-
-def sanitizers() -> list[tuple[re.Pattern, str]]:
-    text = (ROOT / "tests" / "sanitize.cfg").read_text()
-    return [(re.compile(r), s) for r, s in re.findall(r"^regex: (.*)$\n^replace: (.*)$", text, flags=re.M)]
-
-
-def comparable(outputs: list, subs: list[tuple[re.Pattern, str]]) -> list[str]:
-    out = []
-    last_stream = None  # the kernel may split one print into several chunks; join them as nbval does
-    for o in outputs:
-        if o["output_type"] == "stream" and last_stream == o["name"]:
-            out[-1] += o["text"]
-            continue
-        last_stream = o["name"] if o["output_type"] == "stream" else None
-        if o["output_type"] == "stream":
-            out.append(f"{o['name']}: {o['text']}")
-        elif o["output_type"] == "error":
-            out.append(f"error: {o['ename']}: {o['evalue']}")
-        else:
-            for mime in TEXT_TYPES:
-                if mime in o.get("data", {}):
-                    out.append(f"{mime}: {o['data'][mime]}")
-    text = "\n".join(out)
-    for pattern, replacement in subs:
-        text = pattern.sub(replacement, text)
-    return text.splitlines()
 
 
 HOOKS_LEFT_TAG = "hooks-left"

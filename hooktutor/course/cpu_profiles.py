@@ -10,12 +10,13 @@ each from its own environment variable:
 * oneDNN, the convolutions: ``ONEDNN_MAX_CPU_ISA``;
 * MKL, the matrix products: ``MKL_ENABLE_INSTRUCTIONS``.
 
-Capping all three makes this machine compute like an older one. ``python3 course.py test`` runs
-every notebook as three CPUs would: natively and under ``default`` with strict nbval (the root
-``conftest.py`` does it; ``--cpu-profiles`` picks the profiles), and under ``avx2`` in
-``tests/test_rerun.py``, whose first Run All is compared with the stored outputs the way nbval
-compares them and whose second with the first. A number that only holds on the CPU that stored
-it fails here instead of on a learner's laptop. ``ATEN_CPU_CAPABILITY`` alone is
+Capping all three makes this machine compute like an older one. ``python3 course.py test`` holds
+every notebook's stored outputs to what three CPUs print: this machine's own under strict nbval,
+``default`` in ``tests/test_rerun.py`` (its first Run All is compared with the stored outputs the
+way nbval compares them, its second with the first) and ``avx2`` in ``tests/test_student.py`` (a
+Run All with every exercise blank, whose other cells must print their stored outputs). nbval can
+add profiles of its own (``--cpu-profiles=default,avx2``; the root ``conftest.py``). A number that
+only holds on the CPU that stored it fails here instead of on a learner's laptop. ``ATEN_CPU_CAPABILITY`` alone is
 not enough: on an AVX-512 machine it left the convolutions on AVX-512 and passed a notebook
 that fails on a real AVX2 CPU.
 
@@ -36,8 +37,12 @@ CPU_PROFILES: dict[str, dict[str, str]] = {
     "default": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
                 "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
 }
-DEFAULT_PROFILES = ("default",)   # the extra strict-nbval runs of every notebook
-RERUN_PROFILE = "avx2"            # the run-twice test's kernel: a third CPU for the same outputs
+# Every notebook is run five times by the test command; three of those runs hold the outputs to
+# the stored ones, each as another CPU computes: nbval (this machine's own CPU), the run-twice
+# test (its first run) and the run with every exercise blank (its cells that are not exercises).
+DEFAULT_PROFILES: tuple[str, ...] = ()   # extra strict-nbval runs (--cpu-profiles adds them)
+RERUN_PROFILE = "default"                # tests/test_rerun.py's kernel
+STUDENT_PROFILE = "avx2"                 # tests/test_student.py's kernel, exercises blank
 
 
 def parse(spec: str) -> list[str]:
