@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ._tree import describe, iter_tensors, map_tensors, set_at
-from .selection import LayerSpec, check_model, closest, select_layers, wrapper_prefix
+from .selection import LayerSpec, check_model, closest, select_layers
 
 
 class RecordNotFound(LookupError):
@@ -60,7 +60,9 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         self._to = to
         self.recording = Recording(self._layers, inputs=bool(inputs), grads=bool(grads))
         self._handles: list[Any] = []
-        self._compiled = "_orig_mod." in wrapper_prefix(model)
+        # a layer inside a torch.compile wrapper has "_orig_mod" in its path: a cheap test first
+        self._compiled = (_compiled_wrappers(model) if any("_orig_mod" in name for name, _ in self._layers)
+                          else [])
 
     def __enter__(self) -> Recording:
         rec = self.recording
@@ -73,6 +75,8 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         add_handle = self._handles.append
         outputs, grads = rec.outputs._store, rec.grads._store
         try:
+            for wrapper in self._compiled:   # counts the calls of each compiled wrapper in the block
+                add_handle(wrapper.module.register_forward_pre_hook(wrapper.called))
             for name, module in self._layers:
                 if rec._want_inputs:
                     add_handle(module.register_forward_pre_hook(_input_hook(
@@ -98,18 +102,63 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
             self._warn_if_compiled_code_skipped_the_hooks()
 
     def _warn_if_compiled_code_skipped_the_hooks(self) -> None:
-        """Hooks added after a compiled model's first call do not run inside its compiled code
-        (dynamo does not guard on them): the recording has holes, and nothing else says so."""
-        recorded = sum(1 for name, _ in self._layers if self.recording.outputs._store.get(name))
-        if recorded == len(self._layers):
+        """Hooks added to layers that had none when a compiled model last compiled do not run inside
+        that code (dynamo does not guard their empty hook dicts): the recording has holes, and nothing else says so.
+        One warning per capture, naming the compiled modules that ran in the block and the
+        layers inside them that recorded nothing."""
+        store, silent, inside, ran = self.recording.outputs._store, [], 0, []
+        for wrapper in self._compiled:
+            if not wrapper.calls:
+                continue   # not called in the block: a hole there is not the compiler's doing
+            ran.append(wrapper)
+            mine = [name for name, module in self._layers if id(module) in wrapper.inner]
+            inside += len(mine)
+            silent += [name for name in mine if not store.get(name) and name not in silent]
+        if not silent:
             return
         import warnings
 
+        where = ", ".join(repr(w.name) if w.name else "the model" for w in ran)
+        shown = ", ".join(silent[:4]) + (", ..." if len(silent) > 4 else "")
         warnings.warn(
-            f"capture() recorded {recorded} of the {len(self._layers)} layers of this compiled model: hooks "
-            "added after its first compiled call do not run inside the compiled code. Capture on the "
+            f"capture() recorded {inside - len(silent)} of the {inside} layers of this compiled model "
+            f"(torch.compile wrapper: {where}; nothing from {shown}): a hook added to a layer that had "
+            "none when the model last compiled does not run inside that compiled code. Capture on the "
             "original module before compiling (or call torch._dynamo.reset() and let the next call "
-            "compile again with the hooks in place); lesson 11 shows why.", CompiledModelWarning, stacklevel=2)
+            "compile again with the hooks in place); lesson 11 shows why.", CompiledModelWarning, stacklevel=3)
+
+
+class _CompiledWrapper:
+    """A ``torch.compile`` wrapper (``OptimizedModule``) in the captured model: its name, the ids of
+    the modules it wraps, and how often it was called while the capture was active."""
+
+    def __init__(self, name: str, module: nn.Module):
+        self.name, self.module, self.calls = name, module, 0
+        self.inner = {id(m) for m in module.modules()}
+
+    def called(self, module: nn.Module, args: Any) -> None:
+        self.calls += 1
+
+
+def _compiled_wrappers(model: nn.Module) -> list[_CompiledWrapper]:
+    """Every ``OptimizedModule`` that ``model`` is, wraps, or contains, outermost first."""
+    found: list[_CompiledWrapper] = []
+    outer, prefix = model, ""
+    while True:   # the wrapper chain (DDP around compile, compile around DDP, ...)
+        inner = getattr(outer, "module", None) if type(outer).__name__ in {
+            "DistributedDataParallel", "DataParallel"} else getattr(outer, "_orig_mod", None)
+        if type(outer).__name__ == "OptimizedModule" and isinstance(inner, nn.Module):
+            found.append(_CompiledWrapper(prefix.rstrip("."), outer))
+        if not isinstance(inner, nn.Module):
+            break
+        prefix, outer = prefix + ("module." if hasattr(outer, "module") and outer.module is inner
+                                  else "_orig_mod."), inner
+    seen = {id(w.module) for w in found}
+    for name, module in model.named_modules():
+        if type(module).__name__ == "OptimizedModule" and id(module) not in seen:
+            seen.add(id(module))
+            found.append(_CompiledWrapper(name, module))
+    return found
 
 
 # -- what a capture recorded --------------------------------------------------------------------

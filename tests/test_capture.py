@@ -345,3 +345,54 @@ def test_capture_on_a_compiled_model_says_when_the_compiled_code_skipped_its_hoo
 
     In a process of its own (tests/conftest.py): it compiles."""
     in_a_process_of_its_own(_COMPILED_CAPTURE)
+
+
+_CONTAINED_COMPILED_CAPTURE = """
+import warnings
+import torch
+from torch import nn
+import hooktutor as ht
+from hooktutor.capture import CompiledModelWarning
+from hooktutor.models import seeded
+
+
+class Outer(nn.Module):          # a model that contains a compiled block
+    def __init__(self):
+        super().__init__()
+        with seeded(0):
+            self.stem = nn.Linear(8, 8)
+            self.body = torch.compile(nn.Sequential(nn.Linear(8, 4), nn.ReLU()), backend="eager")
+
+    def forward(self, x):
+        return self.body(self.stem(x))
+
+
+model, x = Outer(), torch.zeros(2, 8)
+model(x)                          # the block is compiled and called, without hooks
+for run in range(2):              # once per capture, on every capture
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ht.capture(model) as rec:
+            model(x)
+    said = [str(w.message) for w in caught if issubclass(w.category, CompiledModelWarning)]
+    assert issubclass(CompiledModelWarning, UserWarning)
+    if rec.names == ["stem"]:     # torch 2.13: the compiled block's code skips the late hooks
+        assert len(said) == 1, said
+        assert "recorded 0 of the 2 layers of this compiled model" in said[0], said
+        assert "'body'" in said[0] and "body._orig_mod.0" in said[0], said
+    else:
+        assert not said and len(rec.names) == 3, (said, rec.names)
+with warnings.catch_warnings():   # the compiled block not called in the block: no word about it
+    warnings.simplefilter("error", CompiledModelWarning)
+    with ht.capture(model) as rec:
+        model.stem(x)
+assert rec.names == ["stem"]
+assert len(ht.list_hooks(model)) == 0   # the counting pre-hook on the wrapper is gone too
+"""
+
+
+def test_capture_warns_once_about_a_compiled_block_inside_the_model(in_a_process_of_its_own):
+    """A model that holds a compiled submodule, already compiled and called: capture() names the
+    wrapper and the layers that recorded nothing, once per capture; no warning when the compiled
+    block did not run in the block. In a process of its own: it compiles."""
+    in_a_process_of_its_own(_CONTAINED_COMPILED_CAPTURE)

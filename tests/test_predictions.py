@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hooktutor.course import student
+from hooktutor.course import claims, student
 from hooktutor.exercises import LESSON_MODULES, load_predictions
 from hooktutor.exercises.predict import Prediction
 
@@ -37,6 +37,9 @@ def test_hints_three_wrong_predictions_and_a_solution_that_is_computed(key):
 
 @pytest.mark.parametrize("key, label, value, mentions", WRONG, ids=[f"{k}: {lbl}" for k, lbl, _, _ in WRONG])
 def test_a_wrong_prediction_is_rejected_with_the_reason(key, label, value, mentions):
+    claim_id = PREDICTIONS[key].wrong_since.get(label)
+    if claim_id and not claims.expected(claim_id):   # wrong only where that claim holds
+        pytest.skip(f"'{label}' is what torch {claims.installed()} does ({claim_id})")
     report = PREDICTIONS[key].check(value)
     assert not report.passed, f"{key} accepted the wrong prediction '{label}'"
     assert "torch did something else" in report.text

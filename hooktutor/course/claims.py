@@ -187,10 +187,94 @@ def _encoder_fastpath_off_with_hooks() -> bool:
     return bool(fired)
 
 
+def _compiler_is_compiling() -> bool:
+    import torch
+
+    is_compiling = getattr(torch.compiler, "is_compiling", None)
+    if is_compiling is None:
+        return False
+    return is_compiling() is False   # outside a trace
+
+
+def _export_non_strict() -> bool:
+    import inspect
+
+    import torch
+    import torch.export
+
+    return "strict" in inspect.signature(torch.export.export).parameters
+
+
 def _mha_fastpath_switch() -> bool:
     import torch
 
     return hasattr(getattr(torch.backends, "mha", None), "set_fastpath_enabled")
+
+
+def _graph_count_of(fn, *args) -> int:
+    """How many graphs Dynamo makes for one call of ``fn(*args)`` and a backward of its output."""
+    import torch
+    import torch._dynamo
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(fn, backend=backend)(*args).sum().backward()
+    finally:
+        torch._dynamo.reset()
+    return len(graphs)
+
+
+def _compile_traces_tensor_hook() -> bool:
+    import torch
+
+    def forward(x):
+        y = x * 2
+        y.register_hook(lambda grad: grad * 0.5)   # a hook on an intermediate tensor, no side effect
+        return y * 3
+
+    return _graph_count_of(forward, torch.ones(2, requires_grad=True)) == 1
+
+
+def _compile_module_backward_hook_reason() -> bool:
+    import torch
+    import torch._dynamo
+    from torch import nn
+    from torch._dynamo.utils import counters
+
+    model = nn.Linear(2, 2)
+    counters["graph_break"].clear()
+    with model.register_full_backward_hook(lambda m, gi, go: None):
+        _graph_count_of(lambda x: model(x * 2) * 2, torch.ones(1, 2, requires_grad=True))
+    reasons = list(counters["graph_break"])
+    assert reasons, "a full backward hook on a module no longer breaks the graph"
+    return any("backwards hooks require compiled autograd" in r.lower() for r in reasons)
+
+
+def _compile_traces_torch_nn_root_hooks() -> bool:
+    import torch
+    import torch._dynamo
+    from torch import nn
+
+    model, ran = nn.Sequential(nn.Embedding(4, 2)), []
+    compiled = torch.compile(model, backend="eager")
+    torch._dynamo.reset()
+    try:
+        with model.register_forward_hook(lambda m, a, o: ran.append(o), always_call=True):
+            compiled(torch.tensor([0]))
+            ran.clear()
+            try:
+                compiled(torch.tensor([9]))   # past the 4 rows: raises inside the compiled graph
+            except IndexError:
+                pass
+    finally:
+        torch._dynamo.reset()
+    return not ran
 
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
@@ -225,8 +309,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="compile-skips-late-hook",
         kind="behaviour",
-        lessons=("02_forward_hooks",),
-        where="section 10, 'A hook added after compiling may silently not fire'",
+        lessons=("02_forward_hooks", "11_compile_and_export"),
+        where="02 section 10 (the warning, one cell); 11: the prediction, section 1 (late hooks, removal and "
+              "replacement), section 2 (a late full backward hook), section 4 (capture on a compiled model), "
+              "'Try it live' and the claims",
         before="a forward hook added after the first compiled call, on a built-in layer that had no hook, "
                "fires: the compiled graph calls the layer as a module (`call_module`), hooks included",
         after="the compiled graph inlines built-in layers (`F.linear`, ...), so that late hook does not fire "
@@ -236,6 +322,90 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "variable) up to the 2.4.1 wheel and to True from the 2.5.0 wheel on; the probe was run on "
                  "2.4.1 (fires) and 2.5.1 (does not fire)",
         probe=_compile_skips_late_hook,
+    ),
+    Claim(
+        id="compiler-is-compiling",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 3 (a hook that does its debugging part only outside a trace, with `is_compiling()`)",
+        before="`torch.compiler` has no `is_compiling`; the private `torch._dynamo.is_compiling()` says whether "
+               "Dynamo is tracing",
+        after="`torch.compiler.is_compiling()` is public: True while `torch.compile` or `torch.export` traces, "
+              "False in eager code",
+        since="2.3.0",
+        evidence="the `__all__` of torch/compiler/__init__.py in the 2.2 documentation's module source lists compile, "
+                 "assume_constant_result, reset, allow_in_graph, list_backends, disable and "
+                 "cudagraph_mark_step_begin, no is_compiling; the 2.3 API reference (torch.compiler_api.rst) "
+                 "lists is_compiling and is_dynamo_compiling; present in the 2.13.0 wheel (the 2.1.2 and 2.15.0 "
+                 "wheels were not available to the author: run python3 course.py compat)",
+        probe=_compiler_is_compiling,
+    ),
+    Claim(
+        id="export-non-strict",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 5 (`torch.export` and hooks: what an exported program keeps of forward hooks, backward "
+              "hooks, a parametrization) and the claim 'torch.export throws away forward hooks'",
+        before="`torch.export.export(f, args, kwargs, constraints)` traces with Dynamo only (no `strict` keyword); "
+               "on 2.1.2 it fails on the lesson's models, with a forward hook ('graph-captured input #1 ... is "
+               "not among original args'), with a full backward hook (Unsupported) and with a parametrization",
+        after="`torch.export.export(..., strict=False)` traces the Python forward as it is (hooks run during "
+              "the trace) with fake tensors",
+        since="2.2.0",
+        evidence="pytorch/pytorch#114697 ('Adding an option to torch.export called strict=True', merged November "
+                 "2023, before the 2.2 branch cut) separates the strict and non-strict paths; the 2.1.2 wheel's "
+                 "signature has no `strict`, the 2.13.0 and 2.15.0 wheels have it and run the lesson's export "
+                 "cells. Releases 2.2 to 2.12 were not run here: that non-strict export handles these cells "
+                 "there is bracketed between 2.1.2 (no) and 2.13.0 (yes), not tested",
+        probe=_export_non_strict,
+    ),
+    Claim(
+        id="compile-module-backward-hook-reason",
+        kind="wording",
+        lessons=("11_compile_and_export",),
+        where="section 2 (a full backward hook on a submodule of a compiled model: the graph break's reason)",
+        before="Dynamo breaks the graph at a submodule with a full backward hook with a generic reason "
+               "('call_function args: UnspecializedNNModuleVariable(Linear) ListVariable() ...')",
+        after="the reason names the cause: 'Module-level backwards hooks require compiled autograd.'",
+        since="2.3.0",
+        evidence="pytorch/pytorch#120685 ('[dynamo] Support module backwards hooks', merged March 2024, before "
+                 "the 2.3 branch cut) adds the BackwardHookVariable whose graph break gives this reason; the "
+                 "2.1.2 wheel gives the generic one, the 2.13.0 and 2.15.0 wheels this one. Releases 2.2 to 2.12 "
+                 "were not run here",
+        probe=_compile_module_backward_hook_reason,
+    ),
+    Claim(
+        id="compile-traces-tensor-hook",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 2 (a tensor hook that a forward hook registers on fc2's output, under torch.compile)",
+        before="`register_hook` on an intermediate tensor breaks the graph (2.1.2: unsupported call; later "
+               "releases: 'Compilation of intermediate hooks requires compiled autograd')",
+        after="Dynamo traces `register_hook` on an intermediate tensor into the graph when the hook has no "
+              "side effect (one graph; a hook that appends to a list still breaks it)",
+        since="2.11.0",
+        evidence="pytorch/pytorch#172126 ('Support hooks on intermediate tensors in dynamo', January 2026, "
+                 "fixing #172020, after the 2.10 branch cut); the 2.1.2 wheel breaks the graph, the 2.13.0 and "
+                 "2.15.0 wheels trace the hook. Releases 2.2 to 2.12 were not run here: the release is taken "
+                 "from the pull request's date",
+        probe=_compile_traces_tensor_hook,
+    ),
+    Claim(
+        id="compile-traces-torch-nn-root-hooks",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 1 (`always_call` under compile: the hooks of the compiled root when the compiled "
+              "forward raises) and the recap",
+        before="the root's `always_call` hook runs when the compiled forward raises, whatever the root's class",
+        after="for a root whose forward is torch.nn's (`nn.Sequential`), `torch.compile` traces the root's "
+              "call, hooks included (`wrap_inline` in torch/_dynamo/eval_frame.py), so the hook is part of "
+              "the graph and does not run when it raises; a root of your own class still has its hooks "
+              "called by Python around the compiled forward",
+        since="2.13.0",
+        evidence="observed: the 2.1.2 wheel runs the hook, the 2.13.0 and 2.15.0 wheels do not. Releases 2.2 "
+                 "to 2.12 were not run here, so the first release is bracketed between 2.1.2 and 2.13.0; "
+                 "2.13.0 is the first one observed",
+        probe=_compile_traces_torch_nn_root_hooks,
     ),
     Claim(
         id="error-names-forward-op",

@@ -25,6 +25,7 @@ LESSON_MODULES: dict[str, str] = {
     "08_training_hooks": "training_hooks",
     "09_autograd_graph_hooks": "graph_hooks",
     "10_transformer_hooks": "transformer_hooks",
+    "11_compile_and_export": "compile_hooks",
 }
 
 __all__ = ["REGISTRY", "PREDICTIONS", "CheckReport", "Exercise", "Prediction", "Mismatch", "Tester",

@@ -473,6 +473,7 @@ class Exercise:
         self.hidden_cases: list[tuple[str, Case]] = []
         self.wrong_answers: list[tuple[str, Callable, str]] = []
         self.hidden_wrong_answers: list[tuple[str, Callable, str]] = []
+        self.wrong_since: dict[str, str] = {}   # label -> claim id: wrong only where that claim holds
         self._next_hint = 0
         self.registry[key] = self
 
@@ -489,13 +490,18 @@ class Exercise:
             return fn
         return register
 
-    def wrong(self, label: str, mentions: str, *, hidden: bool = False) -> Callable[[Callable], Callable]:
+    def wrong(self, label: str, mentions: str, *, hidden: bool = False,
+              since: str | None = None) -> Callable[[Callable], Callable]:
         """Decorator: a typical wrong answer; its report must fail and contain ``mentions``.
 
         ``hidden=True``: a wrong answer that passes the visible cases and that only the cases kept
-        for grading reject (``check(answer)`` runs those too, unless they are held back)."""
+        for grading reject (``check(answer)`` runs those too, unless they are held back).
+        ``since``: the id of a claim in ``hooktutor/course/claims.py``; the answer is wrong only on
+        the torch releases that show that claim's new behaviour (the tests skip it elsewhere)."""
         def register(fn: Callable) -> Callable:
             (self.hidden_wrong_answers if hidden else self.wrong_answers).append((label, fn, mentions))
+            if since:
+                self.wrong_since[label] = since
             return fn
         return register
 

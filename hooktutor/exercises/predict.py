@@ -133,9 +133,13 @@ class Prediction(Exercise):
         self.wrong_predictions: list[tuple[str, Any, str]] = []
 
     # -- authoring ------------------------------------------------------------------------
-    def wrong(self, label: str, value: Any, mentions: str) -> None:  # type: ignore[override]
-        """A plausible wrong prediction; its report must fail and contain ``mentions``."""
+    def wrong(self, label: str, value: Any, mentions: str,  # type: ignore[override]
+              since: str | None = None) -> None:
+        """A plausible wrong prediction; its report must fail and contain ``mentions``.
+        ``since``: a claim id; the prediction is wrong only where that claim's new behaviour shows."""
         self.wrong_predictions.append((label, value, mentions))
+        if since:
+            self.wrong_since[label] = since
 
     @property
     def reference(self) -> Any:

@@ -1,0 +1,218 @@
+"""11_compile_and_export, exercise: count the graphs torch.compile makes over several calls, with a
+backend of your own (how to see recompiles and graph breaks without reading logs).
+
+Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
+
+- technique: returns the number of calls; counts the graphs the last call compiled; counts the
+  graphs of one call only
+  (``torch._dynamo.explain``), which misses the recompiles of later calls; compiles with the
+  default backend (code generation: slow, and not what is asked);
+- repeat: keeps what was compiled before (no ``torch._dynamo.reset()`` first): a model that was
+  compiled and called before, at Dynamo's limit of compiled versions per function, reuses that
+  code or falls back to running uncompiled, and the answer's backend sees nothing;
+- calls=0: calls the model once "to compile it", then ``calls - 1`` more times;
+- twice: a graph break in the forward gives two graphs per compile, not one;
+- the hook the caller attached (a list append) makes every call compile again: the answer
+  must call the model as often as asked, not stop after the first call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch._dynamo
+from torch import nn
+
+from ...models import seeded
+from .. import kit
+from ..core import Exercise, Tester
+from ._shared import GraphCounter, compiling, mlp, recompile_limit
+
+
+def count_graphs(model, x, calls):
+    """Compile `model` with a backend that counts the graphs it gets; call it `calls` times on x;
+    return how many graphs were compiled."""
+    ### BEGIN SOLUTION
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward  # run the graph as it is: no code generation
+
+    torch._dynamo.reset()  # nothing compiled before may be reused
+    compiled = torch.compile(model, backend=backend)
+    for _ in range(calls):
+        compiled(x)
+    return len(graphs)
+    ### END SOLUTION
+
+
+exercise = Exercise(
+    "compile_hooks.count_graphs", "Count the graphs torch.compile makes",
+    task=("write count_graphs(model, x, calls) that compiles `model` with torch.compile and a backend of your own "
+          "that counts the graphs it is given (a backend is a function (gm, example_inputs) returning a callable; "
+          "return gm.forward to run the graph as it is), calls the compiled model `calls` times on x, and returns "
+          "how many graphs were compiled. Nothing compiled before your call may be reused"),
+    hints=[
+        "A backend receives each graph Dynamo captured, as a torch.fx.GraphModule: append it to a list and return "
+        "gm.forward.",
+        "A graph break gives two graphs in one compile; a guard that fails gives a recompile on a later call: call "
+        "the compiled model `calls` times and count everything the backend received.",
+        "Call torch._dynamo.reset() first, so that the count starts from nothing compiled; then "
+        "torch.compile(model, backend=your_backend) and the calls.",
+    ],
+    solution=count_graphs,
+    guide="""returning the number of calls; counting what the last call compiled (0 once
+    the code is compiled); counting the graphs of one call with
+    `torch._dynamo.explain` (a hook that appends to a list compiles again on every call);
+    calling the model once "to compile it" and then `calls - 1` more times (wrong for
+    `calls=0`); no `torch._dynamo.reset()` first (a model compiled before shares Dynamo's
+    limit of compiled versions, and falls back to uncompiled calls); compiling with the
+    default backend (slow, and counts nothing).""",
+)
+exercise.check_budget_s = 5.0   # a check that compiles: nine compiles (0.05-0.2 s each, more under load)
+exercise.time_limit = 10.0      # per case: a first compile on a busy machine can pass the usual 2 s
+
+
+class _Breaks(nn.Module):
+    """``fc2(graph break(relu(fc1(x))))``: a graph break in the middle, two graphs per compile."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.fc1, self.fc2 = nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        torch._dynamo.graph_break()
+        return self.fc2(h)
+
+
+def _truth(model: nn.Module, x: torch.Tensor, calls: int) -> int:
+    counter = GraphCounter()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=counter)
+    with torch.no_grad():
+        for _ in range(calls):
+            compiled(x)
+    torch._dynamo.reset()
+    return counter.graphs
+
+
+def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = False, cached: bool = False) -> None:
+    """``answer`` on a model from ``build`` (with a list-appending forward hook on its first layer
+    when ``hook``); the count must be what a counting
+    backend sees on the installed torch (computed now, by the check's own counter), and with the
+    hook the model must have been called ``calls`` times. ``cached``: the check compiles and calls
+    the model once itself before the answer runs, with Dynamo's limit of compiled versions per
+    function set to 1: an answer that does not reset first finds that slot taken (it reuses the
+    code, or hits the limit and runs uncompiled) and counts too few graphs."""
+    with compiling():
+        fired: list = []
+        model = build()
+        first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+        handle = first.register_forward_hook(lambda m, a, o: fired.append(1)) if hook else None
+        try:
+            want = _truth(model, x, calls)
+            if hook:
+                t.expect(fired == [1] * calls, what="(the check's own run)", expected=calls, got=len(fired),
+                         nudge="")
+            limit = recompile_limit(1) if cached else contextlib.nullcontext()
+            with limit:
+                if cached:
+                    torch._dynamo.reset()
+                    earlier = torch.compile(model, backend=GraphCounter())
+                    with torch.no_grad():
+                        earlier(x)
+                fired.clear()
+                with torch.no_grad():
+                    got = answer(model, x, calls)
+            # (no HookWitness on the model: its counting pre-hook would be compiled in, and a hook
+            # that counts in Python makes every call compile again)
+            what = "count_graphs(model, x, calls)"
+            t.expect_type(got, int, what=what, nudge="return the number of graphs, an int")
+            if hook:
+                t.expect(len(fired) == calls, what="calls of the model", expected=calls, got=len(fired),
+                         nudge="call the compiled model `calls` times")
+            t.expect(got == want, what=what, expected=want, got=got, nudge=(
+                "count every graph your backend receives, over all the calls (after torch._dynamo.reset()): a "
+                "hook that appends to a list compiles again on every call, and a graph break makes two graphs"))
+        finally:
+            if handle is not None:
+                handle.remove()
+            torch._dynamo.reset()
+
+
+@exercise.case("an MLP whose first layer has a hook that appends to a list, called twice")
+def _(answer, t: Tester) -> None:
+    _run(answer, t, lambda: mlp(51), kit.randn(2, 4, seed=51), 2, hook=True)
+
+
+@exercise.case("a model with a graph break in its forward, called three times")
+def _(answer, t: Tester) -> None:
+    _run(answer, t, lambda: _Breaks(52), kit.randn(3, 4, seed=52), 3)
+
+
+@exercise.case("a model compiled and called before, at Dynamo's recompile limit", hidden=True)
+def _(answer, t: Tester) -> None:
+    _run(answer, t, lambda: mlp(54), kit.randn(2, 4, seed=54), 2, cached=True)
+
+
+@exercise.case("no call at all (calls=0), a model with a graph break", hidden=True)
+def _(answer, t: Tester) -> None:
+    _run(answer, t, lambda: _Breaks(53), kit.randn(2, 4, seed=53), 0)
+
+
+def _counting(model, x, calls, *, reset: bool = True, per_call: bool = False):
+    """One factory for the near-copy wrong answers."""
+    counter = GraphCounter()
+    if reset:
+        torch._dynamo.reset()
+    compiled = torch.compile(model, backend=counter)
+    for _ in range(calls):
+        compiled(x)
+    return calls if per_call else counter.graphs
+
+
+@exercise.wrong("returns the number of calls", mentions="count every graph")
+def _calls(model, x, calls):
+    return _counting(model, x, calls, per_call=True)
+
+
+@exercise.wrong("counts the graphs of one call with torch._dynamo.explain", mentions="compiles again on every call")
+def _explain(model, x, calls):
+    torch._dynamo.reset()
+    count = torch._dynamo.explain(model)(x).graph_count
+    for _ in range(calls - 1):
+        model(x)
+    return count
+
+
+@exercise.wrong("counts the graphs of the last call only", mentions="over all the calls")
+def _last_call(model, x, calls):
+    counter = GraphCounter()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=counter)
+    before = 0
+    for _ in range(calls):
+        before = counter.graphs
+        compiled(x)
+    return counter.graphs - before
+
+
+@exercise.wrong("calls the compiled model once to compile it, then calls - 1 more times", mentions="count every graph",
+                hidden=True)
+def _first_call_apart(model, x, calls):
+    counter = GraphCounter()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=counter)
+    compiled(x)   # "the first call compiles"
+    for _ in range(calls - 1):
+        compiled(x)
+    return counter.graphs
+
+
+@exercise.wrong("does not reset first", mentions="torch._dynamo.reset()", hidden=True)
+def _no_reset(model, x, calls):
+    return _counting(model, x, calls, reset=False)
