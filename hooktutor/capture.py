@@ -1,8 +1,9 @@
 """``capture``: record what layers produce, correctly, and always detach afterwards.
 
-Taught in ``02_forward_hooks.ipynb`` (feature extraction done right) and verified by the
-learner in ``05_inplace_relu_pitfall.ipynb``. What it gets right where hand-written hooks
-go wrong:
+Taught in ``02_forward_hooks.ipynb`` (feature extraction done right), verified by the
+learner in ``05_inplace_relu_pitfall.ipynb``, and used on Hugging Face models (outputs that
+are tuples or ``ModelOutput`` objects, ``generate()`` with a KV cache) in
+``12_huggingface_hooks.ipynb``. What it gets right where hand-written hooks go wrong:
 
 * every recorded tensor is a copy (``detach().clone()``): a later in-place op such as
   ``ReLU(inplace=True)`` or a residual ``+=`` cannot change it, while ``detach()`` alone
@@ -12,7 +13,14 @@ go wrong:
 * inputs are copied in a forward *pre*-hook, before an in-place module overwrites them;
 * a module called several times keeps every call, in order;
 * under ``torch.no_grad()`` outputs are recorded and gradients are simply absent;
-* every hook it added is removed in a ``finally``, hooks you attached yourself stay.
+* every hook it added is removed in a ``finally``, hooks you attached yourself stay;
+* a structured output (tuple, list, dict, namedtuple, or a transformers ``ModelOutput``, which
+  stays a ``ModelOutput`` with attribute access) is recorded as the same structure of copies.
+
+It copies **tensors only**: any other object in an output is kept by reference. A KV cache
+(transformers' ``DynamicCache`` in ``out.past_key_values`` / ``out.cache``) is the same object
+that ``generate()`` goes on filling, so read what you need from it inside the block, or record
+the layer outputs themselves (each new token's call is recorded as a call of its own).
 """
 
 from __future__ import annotations
@@ -23,8 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._tree import describe, iter_tensors, map_tensors, set_at
-from .selection import LayerSpec, check_model, closest, select_layers
+from ._tree import describe, iter_tensors, map_leaves, map_tensors
+from .selection import LayerSpec, check_model, closest, select_layers, wrapper_prefix
 
 
 class RecordNotFound(LookupError):
@@ -45,8 +53,18 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
     records the gradient w.r.t. each output (``rec.grads``) when you call ``backward()``
     inside the block. ``to`` moves the copies, for example ``to="cpu"`` on a GPU.
 
+    Any module may be selected, the model itself (``""``) included, whatever it returns: a
+    tensor, a tuple, a dict or a Hugging Face ``ModelOutput``. A structured output is recorded
+    as the same structure with every tensor copied; only tensors are copied, every other
+    object (a KV cache, a number) is kept by reference. Its gradient record has the same
+    structure, with a gradient for each tensor the loss reached and ``None`` elsewhere (a
+    ``ModelOutput`` leaves those fields out, as it does for any ``None``). On a wrapped model
+    (``DistributedDataParallel``, ``torch.compile``) a layer may be named with or without the
+    wrapper's prefix (``module.``, ``_orig_mod.``), when capturing and when reading.
+
     Taught in ``02_forward_hooks.ipynb``; checked against every in-place trap in
-    ``05_inplace_relu_pitfall.ipynb``.
+    ``05_inplace_relu_pitfall.ipynb``; on Hugging Face models (blocks, attention and MLPs by
+    name, ``generate()`` with a cache) in ``12_huggingface_hooks.ipynb``.
 
     >>> with capture(model, ["features.0"], grads=True) as rec:  # doctest: +SKIP
     ...     model(x).sum().backward()
@@ -58,7 +76,8 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         leaves = _leaf_layers(check_model(model, "capture")) if layers is None else None
         self._layers = leaves if leaves is not None else select_layers(model, layers, func="capture")
         self._to = to
-        self.recording = Recording(self._layers, inputs=bool(inputs), grads=bool(grads))
+        prefix = wrapper_prefix(model)
+        self.recording = Recording(self._layers, inputs=bool(inputs), grads=bool(grads), prefix=prefix)
         self._handles: list[Any] = []
         # a layer inside a torch.compile wrapper has "_orig_mod" in its path: a cheap test first
         self._compiled = (_compiled_wrappers(model) if any("_orig_mod" in name for name, _ in self._layers)
@@ -166,10 +185,23 @@ def _compiled_wrappers(model: nn.Module) -> list[_CompiledWrapper]:
 class _Layers:
     """The recorded layer names, shared by a Recording and its Records (no back-reference)."""
 
-    __slots__ = ("names",)
+    __slots__ = ("names", "prefix")
 
-    def __init__(self, names: list[str]):
+    def __init__(self, names: list[str], prefix: str = ""):
         self.names = names
+        self.prefix = prefix  # a wrapper's "module." / "_orig_mod.": names work with or without it
+
+    def resolve(self, name: object) -> object:
+        """The recorded name that ``name`` means: itself, or the same layer with or without the
+        prefix of the wrapper the model was captured through (DDP, ``torch.compile``)."""
+        prefix = self.prefix
+        if not prefix or not isinstance(name, str) or name in self.names:
+            return name
+        if prefix + name in self.names:
+            return prefix + name
+        if name.startswith(prefix) and name[len(prefix):] in self.names:
+            return name[len(prefix):]
+        return name
 
     def not_recorded(self, name: str) -> str:
         close = closest(name, self.names)
@@ -189,16 +221,18 @@ def _finish_grad(name: str, index: int, slot: Any) -> Any:
         paths, value = {(): getattr(slot, "grad", _PENDING)}, None
     else:
         paths, value = slot
-    if any(v is _PENDING for v in paths.values()):
+    if all(v is _PENDING for v in paths.values()):
         raise RecordNotFound(
             f"no gradient for {name!r} call {index} yet: call loss.backward() inside the "
             "`with capture(...)` block; its gradient hooks are removed when the block ends")
     if () in paths:
         return paths[()]
-    out = value
-    for path, grad in paths.items():
-        out = set_at(out, path, grad)
-    return out
+    # a tensor of a structured output that needed a gradient but got none while others did was
+    # not on the way to the loss (BERT's pooler_output when the loss uses last_hidden_state): None
+    paths = {p: None if g is _PENDING else g for p, g in paths.items()}
+    # the output's structure, each tensor replaced by its gradient, None where none was needed
+    # and for every leaf that is not a tensor; a ModelOutput is rebuilt as one (it drops None fields)
+    return map_leaves(value, lambda path, leaf: paths.get(path) if leaf is _TENSOR else None)
 
 
 class Records(Mapping[str, Any]):
@@ -223,7 +257,7 @@ class Records(Mapping[str, Any]):
         return sum(1 for calls in self._store.values() if calls)
 
     def __contains__(self, name: object) -> bool:
-        return bool(self._store.get(name))  # type: ignore[arg-type]
+        return bool(self._store.get(self._layers.resolve(name)))  # type: ignore[arg-type]
 
     def __getitem__(self, key: str | tuple[str, int]) -> Any:
         if isinstance(key, tuple):
@@ -244,6 +278,7 @@ class Records(Mapping[str, Any]):
 
     def calls(self, name: str) -> list[Any]:
         """Every recorded call of ``name``, in the order the calls happened."""
+        name = self._layers.resolve(name)
         if name not in self._layers.names:
             raise RecordNotFound(self._layers.not_recorded(name))
         calls = self._store.get(name, [])
@@ -267,8 +302,8 @@ class Recording:
     """What :func:`capture` saw. ``rec[name]`` is the output; also ``.inputs``,
     ``.kwargs``, ``.grads``, ``.calls(name)`` and ``.names``."""
 
-    def __init__(self, layers: list[tuple[str, nn.Module]], *, inputs: bool, grads: bool):
-        self._layers = _Layers([n for n, _ in layers])
+    def __init__(self, layers: list[tuple[str, nn.Module]], *, inputs: bool, grads: bool, prefix: str = ""):
+        self._layers = _Layers([n for n, _ in layers], prefix)
         self.layer_names = self._layers.names
         self._modules = layers
         self.outputs = Records("outputs", self._layers)
@@ -302,7 +337,7 @@ class Recording:
         return self.outputs.calls(name)
 
     def n_calls(self, name: str) -> int:
-        return len(self.outputs._store.get(name, []))
+        return len(self.outputs._store.get(self._layers.resolve(name), []))
 
     # -- display ------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -322,6 +357,8 @@ class Recording:
                     row.append("grad " + describe(self.grads.calls(n)[0]))
                 except RecordNotFound:
                     row.append("grad -")
+                except Exception as exc:  # a repr never raises: say what went wrong instead
+                    row.append(f"grad ? ({type(exc).__name__})")
             rows.append(row)
         if rows:
             widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -377,7 +414,7 @@ def _record_structure(name: str, output: Any, append_output, append_grad, add_ha
         append_grad(None)
         return
     paths = {p: _PENDING for p, _ in needing}
-    append_grad((paths, map_tensors(output, lambda t: None)))
+    append_grad((paths, map_leaves(output, _mark_tensors)))
     for path, t in needing:
         def grad_hook(grad, path=path):
             paths[path] = copy(grad)
@@ -392,6 +429,14 @@ def _record_structure(name: str, output: Any, append_output, append_grad, add_ha
 # fast leaf walk equal to select_layers(model, None).
 
 _PENDING = object()  # a gradient slot whose tensor hook has not fired yet
+_TENSOR = object()   # where a structured output held a tensor (its gradient goes there)
+
+
+def _mark_tensors(path: tuple, leaf: object) -> object:
+    # a mark, not None, where a tensor was: a ModelOutput drops the fields that are None, and the
+    # gradient of each tensor must find its place again when the record is read. Other leaves (a
+    # KV cache object, a number) are not kept: a gradient record holds no reference to them.
+    return _TENSOR if isinstance(leaf, _Tensor) else None
 
 
 _Tensor = torch.Tensor

@@ -13,9 +13,14 @@ PyTorch itself puts hooks on some models, and the model needs them:
 ``torch.nn.utils.prune`` (a forward pre-hook per pruned parameter), the old
 ``torch.nn.utils.weight_norm`` / ``spectral_norm`` (forward pre-hooks; spectral_norm also
 state-dict hooks), Lazy modules (a forward pre-hook that creates the parameters and a
-load-state-dict pre-hook) and eager-mode quantization observers. Every row says who
-installed its hook (``owner``: ``"user"`` or ``"pytorch"``, and a ``mechanism`` label), and
-``remove_hooks`` / ``remove_row`` leave PyTorch's hooks alone unless asked.
+load-state-dict pre-hook) and eager-mode quantization observers. Libraries put hooks on
+models too: transformers installs forward hooks the first time ``output_hidden_states`` or
+``output_attentions`` is asked for and needs them from then on, and accelerate (device maps,
+``cpu_offload``) replaces a module's ``forward`` and keeps its hook object in
+``module._hf_hook``, where no torch hook dict shows it. Every row says who installed its hook
+(``owner``: ``"user"``, ``"pytorch"`` or the library's name, such as ``"transformers"``, and a
+``mechanism`` label), and ``remove_hooks`` / ``remove_row`` leave PyTorch's and the libraries'
+hooks alone unless asked. The libraries are taught in ``12_huggingface_hooks.ipynb``.
 """
 
 from __future__ import annotations
@@ -107,6 +112,25 @@ OPTIMIZER = "<optimizer>"
 
 USER = "user"
 PYTORCH = "pytorch"
+LIBRARY = "library"  # for ``where(owner=...)``: any library's hooks; a row's owner is the library's name
+# The libraries whose hooks list_hooks attributes to them, by the top-level package that defines
+# the hook function or class: {package: the name shown as the owner}. Add yours to this dict.
+LIBRARIES: dict[str, str] = {
+    "transformers": "transformers", "accelerate": "accelerate", "peft": "peft", "diffusers": "diffusers",
+    "bitsandbytes": "bitsandbytes", "deepspeed": "deepspeed", "optimum": "optimum", "timm": "timm",
+    "lightning": "lightning", "pytorch_lightning": "lightning", "torchao": "torchao", "captum": "captum",
+}
+# The hooks of a library that have a name of their own in the owner column (the function's
+# qualified name, or its last part): {(package, name): mechanism}. Any other is labelled with the
+# module that defines it ("transformers (transformers.integrations.neftune)").
+_LIBRARY_MECHANISMS: dict[tuple[str, str], str] = {
+    # transformers 5: forward hooks installed once, lazily, by the capture_outputs decorator the first
+    # time output_hidden_states / output_attentions is asked for (transformers.utils.output_capturing)
+    ("transformers", "output_capturing_hook"): "output capturing",
+    ("transformers", "make_inputs_require_grads"): "enable_input_require_grads",
+    ("transformers", "neftune_post_forward_hook"): "neftune",
+}
+PATCHED_FORWARD = "patched_forward"  # accelerate's add_hook_to_module: module._hf_hook and a new forward
 # How torch stores a load_state_dict pre-hook: the hook is in its ``.hook``.
 _WrappedHook = getattr(_module_mod, "_WrappedHook", None)
 # The classes whose instances PyTorch registers as hooks, by mechanism.
@@ -131,8 +155,12 @@ class HookRow:
     handle_id: int
     flags: tuple[str, ...] = ()
     hook: Callable | None = None
-    owner: str = USER  # "user" (you, hooktutor's helpers) or "pytorch" (torch installed it)
-    mechanism: str = ""  # for PyTorch's hooks: "prune", "lazy module", "pytorch (torch.x)"...
+    # "user" (you, hooktutor's helpers), "pytorch" (torch installed it) or a library's name
+    # ("transformers", "accelerate", ...: see LIBRARIES)
+    owner: str = USER
+    # for PyTorch's hooks: "prune", "lazy module", "pytorch (torch.x)"...; for a library's:
+    # "output capturing", "add_hook_to_module", or the module that defines the hook
+    mechanism: str = ""
 
     @property
     def is_pytorch(self) -> bool:
@@ -140,8 +168,16 @@ class HookRow:
         return self.owner == PYTORCH
 
     @property
+    def is_library(self) -> bool:
+        """True for a hook a library installed (transformers, accelerate, peft, ...)."""
+        return self.owner not in (USER, PYTORCH)
+
+    @property
     def owner_label(self) -> str:
-        """The owner column of the table: ``you`` or ``pytorch (prune)`` and the like."""
+        """The owner column of the table: ``you``, ``pytorch (prune)``,
+        ``transformers (output capturing)`` and the like."""
+        if self.is_library:
+            return f"{self.owner} ({self.mechanism})"
         if not self.is_pytorch:
             return "you"
         return self.mechanism if self.mechanism.startswith("pytorch (") else f"pytorch ({self.mechanism})"
@@ -197,8 +233,30 @@ def _installed_for_you(defining: object) -> bool:
     return isinstance(qualname, str) and qualname.startswith(_ON_YOUR_BEHALF)
 
 
+def _library(module_name: object) -> str | None:
+    """The library (a value of :data:`LIBRARIES`) whose package defines ``module_name``, if any."""
+    if not isinstance(module_name, str):
+        return None
+    return LIBRARIES.get(module_name.partition(".")[0])
+
+
+def _library_mechanism(package: str, defining: object, module_name: str) -> str:
+    qualname = getattr(defining, "__qualname__", "")
+    for name in (qualname, qualname.rpartition(".")[2]) if isinstance(qualname, str) else ():
+        mechanism = _LIBRARY_MECHANISMS.get((package, name))
+        if mechanism:
+            return mechanism
+    return module_name
+
+
 def hook_owner(hook: object) -> tuple[str, str]:
     """``(owner, mechanism)`` of a hook object: who installed it, and how.
+
+    A hook whose function or class comes from a library's package (:data:`LIBRARIES`:
+    transformers, accelerate, peft, ...) is owned by that library: ``("transformers", "output
+    capturing")`` for the hooks behind ``output_hidden_states`` / ``output_attentions``, and
+    ``("library name", "the.defining.module")`` for the others (taught in
+    ``12_huggingface_hooks.ipynb``). Otherwise:
 
     The hook is unwrapped (see :func:`_unwrap`); when the function or class that defines it
     comes from the ``torch`` package, the owner is ``"pytorch"`` and the mechanism one of
@@ -221,6 +279,9 @@ def hook_owner(hook: object) -> tuple[str, str]:
     module_name = getattr(defining, "__module__", None)
     if module_name is None and self_cls is not None:
         module_name = self_cls.__module__
+    library = _library(module_name)
+    if library is not None:
+        return library, _library_mechanism(module_name.partition(".")[0], defining, module_name)
     if not _is_torch_module(module_name) or _is_operator(defining, module_name) or _installed_for_you(defining):
         return USER, ""
     if self_cls is not None and issubclass(self_cls, LazyModuleMixin):
@@ -275,6 +336,29 @@ def _module_rows(path: str, mod: nn.Module) -> Iterator[HookRow]:
     for attr, kind in STATE_DICT_HOOK_DICTS:
         for hid, fn in (getattr(mod, attr, None) or {}).items():
             yield _row(path, kind, hid, fn)
+    patched = _patched_forward_row(path, mod)
+    if patched is not None:
+        yield patched
+
+
+def _patched_forward_row(path: str, mod: nn.Module) -> HookRow | None:
+    """accelerate's ``add_hook_to_module`` (device maps, ``cpu_offload``, ``dispatch_model``) keeps
+    its hook object in ``module._hf_hook`` and replaces ``module.forward`` with a function that calls
+    ``hook.pre_forward``, the old forward and ``hook.post_forward``: no torch hook dict holds it, and
+    it runs even when ``forward()`` is called directly (torch's hooks do not). One row per module;
+    its function names the hook's class (a ``SequentialHook`` its parts), its owner is the package
+    that defines that class (``accelerate`` for its own hooks, you for your ``ModelHook``)."""
+    hook = mod.__dict__.get("_hf_hook")
+    if hook is None:
+        return None
+    parts = getattr(hook, "hooks", None)
+    name = type(hook).__name__
+    if isinstance(parts, (tuple, list)) and parts:
+        name += "(" + ", ".join(type(h).__name__ for h in parts) + ")"
+    owner, mechanism = hook_owner(hook)
+    if owner != USER and owner != PYTORCH:
+        mechanism = "add_hook_to_module"
+    return HookRow(path, PATCHED_FORWARD, name, id(hook), (), hook, owner, mechanism)
 
 
 def _tensor_rows(path: str, tensor: torch.Tensor) -> Iterator[HookRow]:
@@ -322,8 +406,9 @@ class HookTable:
 
     Made by :func:`list_hooks`. ``len(table)`` counts the hooks, ``table.rows`` holds
     :class:`HookRow` objects, ``table.where(kind=..., path=..., owner=...)`` filters. The
-    text and HTML views list module, kind, function, owner (``you``, or ``pytorch (prune)``
-    and the like for a hook PyTorch installed) and flags; handle ids (which grow every time a
+    text and HTML views list module, kind, function, owner (``you``, ``pytorch (prune)`` and
+    the like for a hook PyTorch installed, ``transformers (output capturing)`` and the like for
+    a library's) and flags; handle ids (which grow every time a
     hook is registered anywhere) are kept in the rows but not shown, so a notebook that
     prints a table gives the same output when it is run twice.
     """
@@ -349,13 +434,15 @@ class HookTable:
 
     def where(self, *, kind: str | None = None, path: str | None = None,
               owner: str | None = None) -> "HookTable":
-        """Only the rows of one kind, one module path and/or one owner (``"user"``/``"pytorch"``)."""
-        if owner not in (None, USER, PYTORCH):
-            raise ValueError(f"owner must be {USER!r} or {PYTORCH!r}, got {owner!r}")
+        """Only the rows of one kind, one module path and/or one owner: ``"user"``,
+        ``"pytorch"``, ``"library"`` (any library's) or a library's name (``"transformers"``)."""
+        if owner not in (None, USER, PYTORCH, LIBRARY, *LIBRARIES.values()):
+            raise ValueError(f"owner must be {USER!r}, {PYTORCH!r}, {LIBRARY!r} or a library's name "
+                             f"({', '.join(repr(n) for n in dict.fromkeys(LIBRARIES.values()))}), got {owner!r}")
         paths = None if path is None else {path, self.prefix + path} if self.prefix else {path}
         rows = [r for r in self.rows
                 if (kind is None or r.kind == kind) and (paths is None or r.path in paths)
-                and (owner is None or r.owner == owner)]
+                and (owner is None or r.owner == owner or (owner == LIBRARY and r.is_library))]
         return HookTable(rows, self.root_name, self.prefix)
 
     def counts(self) -> dict[str, int]:
@@ -433,10 +520,17 @@ def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: boo
     hooks of hooktutor's helpers such as ``capture``) from those PyTorch installed and the
     model needs: ``pytorch (prune)``, ``pytorch (weight_norm)``, ``pytorch (spectral_norm)``,
     ``pytorch (lazy module)``, ``pytorch (quantization observer)``, or
-    ``pytorch (torch.some.module)`` for any other hook defined inside torch.
-    ``row.owner`` is ``"user"`` or ``"pytorch"``, ``row.mechanism`` the label.
+    ``pytorch (torch.some.module)`` for any other hook defined inside torch. A hook a library
+    installed is owned by that library (:data:`LIBRARIES`): ``transformers (output capturing)``
+    for the forward hooks transformers 5 puts on the decoder layers and attention modules the
+    first time ``output_hidden_states`` or ``output_attentions`` is asked for (it never puts them
+    back: remove them and those outputs come back empty), ``accelerate (add_hook_to_module)``
+    for accelerate's hooks. These are rows of kind ``patched_forward``, one per module with a
+    ``module._hf_hook``: accelerate replaces the module's ``forward``, so no torch hook dict
+    shows them, and they run even when ``module.forward(...)`` is called directly.
+    ``row.owner`` is ``"user"``, ``"pytorch"`` or the library's name, ``row.mechanism`` the label.
 
-    Taught in ``00_start_here.ipynb``.
+    Taught in ``00_start_here.ipynb``; the libraries' hooks in ``12_huggingface_hooks.ipynb``.
     """
     if isinstance(module, torch.optim.Optimizer):
         return HookTable(_optimizer_rows(module, include_global), type(module).__name__)
@@ -520,10 +614,53 @@ def _drop(model: nn.Module, row: HookRow) -> None:
             hooks.pop(row.handle_id, None)
         return
     owner = _owner_module(model, row)
+    if row.kind == PATCHED_FORWARD:
+        _unpatch_forward(owner, row)
+        return
     for attr in (*(a for a, _ in MODULE_HOOK_DICTS), *(a for a, _ in STATE_DICT_HOOK_DICTS), *MODULE_FLAG_DICTS):
         hooks = getattr(owner, attr, None)
         if hooks is not None:
             hooks.pop(row.handle_id, None)
+
+
+def _unpatch_forward(module: nn.Module, row: HookRow) -> None:
+    """Undo accelerate's ``add_hook_to_module`` on one module, as accelerate does it: its
+    ``remove_hook_from_module`` calls the hook's ``detach_hook`` (which puts offloaded weights
+    back) and restores the original ``forward``."""
+    if module.__dict__.get("_hf_hook") is not row.hook:
+        return  # already gone, or replaced by another hook since the table was made
+    hooks_mod = sys.modules.get("accelerate.hooks")  # loaded: it made the hook; never import it here
+    remove = getattr(hooks_mod, "remove_hook_from_module", None)
+    if remove is not None:
+        remove(module)
+    else:  # a hook object made without accelerate.hooks: do what it does
+        detach = getattr(row.hook, "detach_hook", None)
+        if callable(detach):
+            detach(module)
+        del module.__dict__["_hf_hook"]
+        old = module.__dict__.pop("_old_forward", None)
+        module.__dict__.pop("forward", None)
+        if old is not None:
+            module.forward = old
+    # accelerate puts the old forward back as an instance attribute, a bound method of the class's
+    # forward: drop it when it is just that, so that the module is as it was before the hook
+    restored = module.__dict__.get("forward")
+    if getattr(restored, "__self__", None) is module and getattr(restored, "__func__", None) is type(module).forward:
+        del module.__dict__["forward"]
+
+
+_OUTPUT_CAPTURING = ("transformers", "output capturing")
+
+
+def _let_transformers_reinstall_output_capturing(model: nn.Module) -> None:
+    """transformers installs its output-capturing hooks once and marks the model
+    (``_output_capturing_hooks_installed``); with every one of them removed, clear the mark so
+    that the next ``output_hidden_states=True`` installs them again instead of returning nothing."""
+    for mod in model.modules():
+        if not mod.__dict__.get("_output_capturing_hooks_installed"):
+            continue
+        if not any((r.owner, r.mechanism) == _OUTPUT_CAPTURING for r in list_hooks(mod, include_global=False)):
+            mod._output_capturing_hooks_installed = False
 
 
 def reset_backward_flag(module: nn.Module) -> None:
@@ -533,21 +670,32 @@ def reset_backward_flag(module: nn.Module) -> None:
         module._is_full_backward_hook = None
 
 
-def remove_row(model: nn.Module, row: HookRow, *, include_pytorch: bool = False) -> None:
+def remove_row(model: nn.Module, row: HookRow, *, include_pytorch: bool = False,
+               include_libraries: bool = False) -> None:
     """Remove the one hook that ``row`` (from ``list_hooks(model)``) describes.
 
     A hook PyTorch installed (``row.is_pytorch``: prune, weight_norm, a Lazy module...) is
     refused with a ``ValueError``, because the model needs it; pass ``include_pytorch=True``
-    to remove it anyway. Taught in ``00_start_here.ipynb`` (with :func:`remove_hooks`).
+    to remove it anyway. A hook a library installed (``row.is_library``: transformers,
+    accelerate, ...) is refused the same way unless ``include_libraries=True``. Taught in
+    ``00_start_here.ipynb`` (with :func:`remove_hooks`), the libraries' in
+    ``12_huggingface_hooks.ipynb``.
     """
     if row.is_pytorch and not include_pytorch:
         raise ValueError(
             f"the {row.kind} hook {row.function} on {row.path} was installed by PyTorch "
             f"({row.mechanism}) and the model needs it; remove_row(model, row, include_pytorch=True) "
             "removes it anyway")
+    if row.is_library and not include_libraries:
+        raise ValueError(
+            f"the {row.kind} hook {row.function} on {row.path} was installed by {row.owner} "
+            f"({row.mechanism}) and the model relies on it; remove_row(model, row, include_libraries=True) "
+            "removes it anyway")
     _drop(model, row)
     if row.path not in (GLOBAL,) and row.kind not in ("tensor", "post_accumulate"):
         reset_backward_flag(_owner_module(model, row))
+    if row.is_library:
+        _let_transformers_reinstall_output_capturing(model)
 
 
 def _paths(paths: list[str]) -> str:
@@ -564,7 +712,7 @@ class RemovedHooks(int):
     ``str()``, ``print()`` and f-strings give the plain number; the notebook repr also says
     which hooks PyTorch installed were left, and why. ``.removed`` and ``.left`` are
     :class:`HookTable` objects of the hooks removed and of those left in place. Shown in
-    ``00_start_here.ipynb``.
+    ``00_start_here.ipynb``; the libraries' hooks it leaves in ``12_huggingface_hooks.ipynb``.
     """
 
     removed: HookTable
@@ -580,17 +728,29 @@ class RemovedHooks(int):
         text = f"removed {n} hook{'s' if n != 1 else ''}"
         if not self.left:
             return text
-        groups: dict[str, list[str]] = {}
-        counts: dict[str, int] = {}
-        for r in self.left:
-            paths = groups.setdefault(r.mechanism, [])
-            if r.path not in paths:
-                paths.append(r.path)
-            counts[r.mechanism] = counts.get(r.mechanism, 0) + 1
-        why = ", ".join(f"{m}: {counts[m]} on {_paths(p)}" for m, p in groups.items())
-        k = len(self.left)
-        return (f"{text}; left {k} that PyTorch installed and the model needs ({why}); "
-                "remove_hooks(model, include_pytorch=True) removes those too")
+        # one group per installer: PyTorch first, then each library in the order met
+        by_owner: dict[str, list[HookRow]] = {}
+        for r in sorted(self.left, key=lambda r: not r.is_pytorch):
+            by_owner.setdefault(r.owner, []).append(r)
+        parts, flags = [], []
+        for owner, rows in by_owner.items():
+            groups: dict[str, list[str]] = {}
+            counts: dict[str, int] = {}
+            for r in rows:
+                paths = groups.setdefault(r.mechanism, [])
+                if r.path not in paths:
+                    paths.append(r.path)
+                counts[r.mechanism] = counts.get(r.mechanism, 0) + 1
+            why = ", ".join(f"{m}: {counts[m]} on {_paths(p)}" for m, p in groups.items())
+            if owner == PYTORCH:
+                parts.append(f"{len(rows)} that PyTorch installed and the model needs ({why})")
+                flags.append("include_pytorch=True")
+            else:
+                parts.append(f"{len(rows)} that {owner} installed and the model relies on ({why})")
+                if "include_libraries=True" not in flags:
+                    flags.append("include_libraries=True")
+        left = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        return f"{text}; left {left}; remove_hooks(model, {', '.join(flags)}) removes those too"
 
     def _repr_pretty_(self, p: object, cycle: bool) -> None:
         p.text(repr(self))  # type: ignore[attr-defined]
@@ -606,13 +766,18 @@ class RemovedHooks(int):
 
 
 def remove_hooks(module: nn.Module, *, include_global: bool = False,
-                 include_pytorch: bool = False) -> RemovedHooks:
+                 include_pytorch: bool = False, include_libraries: bool = False) -> RemovedHooks:
     """Remove your hooks (every row of :func:`list_hooks` owned by you); return how many.
 
     Hooks PyTorch installed and the model needs (prune, weight_norm, spectral_norm, Lazy
     modules, quantization observers, see the owner column of ``list_hooks``) are left in
     place: without them a pruned model fails on its second backward and a Lazy module never
-    creates its parameters. ``include_pytorch=True`` removes them too. Global module hooks are
+    creates its parameters. ``include_pytorch=True`` removes them too. Hooks a library
+    installed are left in place the same way (transformers' output-capturing hooks, without
+    which ``output_hidden_states=True`` returns nothing; accelerate's patched ``forward``, which
+    moves weights and inputs between devices); ``include_libraries=True`` removes them too
+    (accelerate's with its own ``remove_hook_from_module``, and transformers is then told to
+    install its output-capturing hooks again when next asked). Global module hooks are
     removed only with ``include_global=True``, because they affect every model in the
     process, not just this one. Afterwards every module without a backward hook left accepts
     full backward hooks again, even one that once had a legacy ``register_backward_hook``.
@@ -622,18 +787,20 @@ def remove_hooks(module: nn.Module, *, include_global: bool = False,
     the model needs (prune: 1 on fc1); remove_hooks(model, include_pytorch=True) removes
     those too``; ``.left`` and ``.removed`` are :class:`HookTable` objects.
 
-    Taught in ``00_start_here.ipynb``.
+    Taught in ``00_start_here.ipynb``; the libraries' hooks in ``12_huggingface_hooks.ipynb``.
     """
     _check_module(module, "remove_hooks")
     table = list_hooks(module, include_global=include_global)
     removed: list[HookRow] = []
     left: list[HookRow] = []
     for row in table:
-        if row.is_pytorch and not include_pytorch:
+        if (row.is_pytorch and not include_pytorch) or (row.is_library and not include_libraries):
             left.append(row)
         else:
             _drop(module, row)
             removed.append(row)
     for mod in module.modules():
         reset_backward_flag(mod)
+    if any(r.is_library for r in removed):
+        _let_transformers_reinstall_output_capturing(module)
     return RemovedHooks(HookTable(removed, table.root_name), HookTable(left, table.root_name))

@@ -148,6 +148,21 @@ def test_structured_outputs_are_copied_with_their_structure_and_grads():
     assert torch.equal(grads[1][1]["sq"], torch.ones(2))
 
 
+def test_a_tensor_of_a_structured_output_that_the_loss_does_not_reach_has_no_gradient():
+    """BERT's pooler_output when the loss uses last_hidden_state: the gradient record says None
+    for it instead of waiting for a gradient that never comes (tests/test_huggingface.py)."""
+    m = nn.Sequential()
+    m.add_module("multi", TupleListDict())
+    x = torch.tensor([1.0, -2.0], requires_grad=True)
+    with ht.capture(m, ["multi"], grads=True) as rec:
+        out = m.multi(x)
+        assert "grad -" in repr(rec)     # nothing yet: backward was not called
+        out[0].sum().backward()
+    grads = rec.grads["multi"]
+    assert torch.equal(grads[0], torch.ones(2)) and grads[1] == [None, {"sq": None, "n": None}]
+    assert repr(rec).endswith("grad tuple[(2,), list[None, dict{sq: None, n: None}]]")
+
+
 def test_keyword_arguments_are_recorded_as_kwargs():
     net = TwoInputNet(seed=0)
     wrapper = nn.Sequential()

@@ -392,6 +392,30 @@ def test_owner_of_bound_methods_builtins_wrapped_and_classes():
     assert ht.remove_hooks(lin) == 6 and len(ht.list_hooks(lin)) == 0
 
 
+def test_a_hook_that_a_library_defines_is_that_librarys_and_stays_unless_asked():
+    """The third owner: a hook whose function comes from a library's package (peft here, by its
+    module name; transformers and accelerate on real models in tests/test_huggingface.py)."""
+    def lora_hook(module, args, output):
+        return None
+    lora_hook.__module__ = "peft.tuners.lora.layer"
+    lin = nn.Linear(2, 2)
+    lin.register_forward_hook(lora_hook)
+    lin.register_forward_hook(noop)
+    table = ht.list_hooks(lin)
+    row = table.where(owner="peft")[0]
+    assert (row.owner, row.mechanism, row.owner_label, row.is_library, row.is_pytorch) == (
+        "peft", "peft.tuners.lora.layer", "peft (peft.tuners.lora.layer)", True, False)
+    assert table.where(owner="library").rows == [row] and len(table.where(owner="user")) == 1
+    assert ht.inventory.hook_owner(functools.partial(lora_hook)) == ("peft", "peft.tuners.lora.layer")
+    with pytest.raises(ValueError, match=r"installed by peft .*include_libraries=True"):
+        ht.inventory.remove_row(lin, row)
+    removed = ht.remove_hooks(lin)
+    assert removed == 1 and repr(removed) == (
+        "removed 1 hook; left 1 that peft installed and the model relies on (peft.tuners.lora.layer: 1 on <root>); "
+        "remove_hooks(model, include_libraries=True) removes those too")
+    assert ht.remove_hooks(lin, include_libraries=True) == 1 and len(ht.list_hooks(lin)) == 0
+
+
 def test_tables_with_pytorch_hooks_print_the_same_every_time():
     def build():
         model = pruned_mlp()

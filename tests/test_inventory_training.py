@@ -80,8 +80,9 @@ def test_list_hooks_refuses_other_objects_and_says_an_optimizer_works_too():
 
 def test_layer_names_resolve_without_the_prefix_of_torch_compile(in_a_process_of_its_own):
     """torch.compile(model) names the layers `_orig_mod.<name>`; like DDP's `module.`, the
-    toolkit accepts the names without it (nothing is compiled: the model is never called). In a
-    process of its own: it calls torch.compile (tests/conftest.py)."""
+    toolkit accepts the names without it: get_layer, list_hooks(...).where and remove_row, and a
+    recording of the compiled model, read with or without the prefix. In a process of its own:
+    it calls torch.compile (tests/conftest.py). On Hugging Face models: tests/test_huggingface.py."""
     in_a_process_of_its_own("""
 import torch
 from torch import nn
@@ -94,4 +95,10 @@ assert wrapper_prefix(compiled) == "_orig_mod." and wrapper_prefix(model) == ""
 assert ht.get_layer(compiled, "fc1") is model.fc1 is ht.get_layer(compiled, "_orig_mod.fc1")
 with model.fc1.register_forward_hook(lambda m, a, o: None):
     assert len(ht.list_hooks(compiled).where(path="fc1")) == 1
+    ht.inventory.remove_row(compiled, ht.list_hooks(compiled).where(path="fc1")[0])
+    assert len(ht.list_hooks(model)) == 0
+with ht.capture(compiled) as rec:       # every leaf, named as the wrapper names it; the first call
+    compiled(torch.ones(2, 8))          # compiles with the hooks in place
+assert rec.names[0] == "_orig_mod.fc1" and rec["fc1"] is rec["_orig_mod.fc1"] and "fc1" in rec
+assert rec.calls("fc1") == rec.calls("_orig_mod.fc1") and rec.n_calls("fc1") == 1
 """)

@@ -92,7 +92,7 @@ def test_constraints_pin_torch_and_everything_that_shapes_outputs():
     p = pins()
     assert p["torch"] == ["2.13.0"]
     for name in ("numpy", "matplotlib", "ipywidgets", "ipykernel", "ipython", "nbval", "jupyterlab",
-                 "nbclient", "nbformat", "pytest", "jupyterlab-widgets", "ruff"):
+                 "nbclient", "nbformat", "pytest", "jupyterlab-widgets", "ruff", "transformers", "accelerate"):
         assert name in p, f"{name} is not pinned in requirements/constraints.txt"
     for name in pyproject_requirements():
         assert name in p, f"{name} (a dependency in pyproject.toml) is not pinned"
@@ -104,13 +104,15 @@ def test_installed_versions_match_the_pins():
     import importlib.metadata as md
 
     p = pins()
-    for name in ("torch", "numpy", "matplotlib", "ipywidgets", "ipykernel", "nbval"):
+    for name in ("torch", "numpy", "matplotlib", "ipywidgets", "ipykernel", "nbval", "transformers", "accelerate"):
         have = md.version(name).split("+")[0]
         assert have in p[name], f"{name} {have} is installed but {p[name]} is pinned: run python3 course.py test"
 
 
 def test_import_hooktutor_does_not_load_matplotlib_or_ipywidgets():
-    code = ("import sys, hooktutor; bad = [m for m in ('matplotlib', 'ipywidgets') if m in sys.modules]; "
+    # nor transformers or accelerate (seconds to import): list_hooks only looks at sys.modules
+    code = ("import sys, hooktutor; bad = [m for m in ('matplotlib', 'ipywidgets', 'transformers', 'accelerate') "
+            "if m in sys.modules]; "
             "print(','.join(bad))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""

@@ -1,0 +1,337 @@
+"""The toolkit on Hugging Face models (lesson 12, ``12_huggingface_hooks.ipynb``): ``capture``
+with gradients on blocks, attention, MLPs and the root of six architectures, the hooks that
+transformers and accelerate put on a model in ``list_hooks`` / ``remove_hooks``, ``generate()``
+with a KV cache under ``capture``, and layer names through ``torch.compile``.
+
+Every model is built from a tiny config with random weights, seeded, offline (no download):
+the six configs are made once for the module, each test builds its own model from one.
+Skipped, with the reason, where transformers (or accelerate) cannot be imported or cannot use
+the installed torch (the compat environments of old torch releases); the course environment
+has both, pinned (``tests/test_packaging.py`` checks it).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")   # never a download, even by mistake
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import hooktutor as ht  # noqa: E402
+from hooktutor._tree import iter_tensors  # noqa: E402
+
+
+def _import_transformers():
+    try:
+        import transformers
+    except Exception as exc:  # not installed, or broken against this torch
+        pytest.skip(f"transformers cannot be imported here ({type(exc).__name__}: {exc}); lesson 12 and "
+                    "these tests need it (python3 course.py test installs the pinned one)", allow_module_level=True)
+    from transformers.utils import is_torch_available
+
+    if not is_torch_available():
+        pytest.skip(f"transformers {transformers.__version__} cannot use torch {torch.__version__} "
+                    "(it needs a newer torch)", allow_module_level=True)
+    transformers.logging.set_verbosity_error()   # no config chatter in the test output
+    return transformers
+
+
+transformers = _import_transformers()
+
+
+def _accelerate_hooks():
+    try:
+        from accelerate import cpu_offload
+        from accelerate.hooks import ModelHook, add_hook_to_module
+    except Exception as exc:
+        pytest.skip(f"accelerate cannot be imported here ({type(exc).__name__}: {exc})")
+    return cpu_offload, ModelHook, add_hook_to_module
+
+
+VOCAB = 100
+IDS = torch.arange(2, 12).reshape(2, 5)           # token ids made directly: no tokenizer, no download
+
+
+def _configs() -> dict[str, tuple]:
+    """(model class, config, block, attention, mlp, inputs) per architecture, tiny: hidden 16,
+    2 layers, vocab 100."""
+    t = transformers
+    text = {"input_ids": IDS}
+    seq2seq = {"input_ids": IDS, "decoder_input_ids": IDS[:, :3]}
+    return {
+        "llama": (t.LlamaForCausalLM, t.LlamaConfig(
+            vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, max_position_embeddings=32, bos_token_id=0, eos_token_id=1, pad_token_id=0),
+            "model.layers.0", "model.layers.0.self_attn", "model.layers.0.mlp", text),
+        "gpt2": (t.GPT2LMHeadModel, t.GPT2Config(
+            vocab_size=VOCAB, n_positions=32, n_embd=16, n_layer=2, n_head=2, bos_token_id=0, eos_token_id=1,
+            pad_token_id=0),
+            "transformer.h.0", "transformer.h.0.attn", "transformer.h.0.mlp", text),
+        "bert": (t.BertModel, t.BertConfig(
+            vocab_size=VOCAB, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+            max_position_embeddings=32),
+            "encoder.layer.0", "encoder.layer.0.attention", "encoder.layer.0.intermediate", text),
+        "t5": (t.T5ForConditionalGeneration, t.T5Config(
+            vocab_size=VOCAB, d_model=16, d_kv=8, d_ff=32, num_layers=2, num_heads=2, decoder_start_token_id=0),
+            "decoder.block.0", "decoder.block.0.layer.1.EncDecAttention", "decoder.block.0.layer.2.DenseReluDense",
+            seq2seq),
+        "bart": (t.BartForConditionalGeneration, t.BartConfig(
+            vocab_size=VOCAB, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+            decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32),
+            "model.decoder.layers.0", "model.decoder.layers.0.encoder_attn", "model.decoder.layers.0.fc1", seq2seq),
+        "vit": (t.ViTModel, t.ViTConfig(
+            image_size=8, patch_size=4, num_channels=3, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=32),
+            "layers.0", "layers.0.attention", "layers.0.mlp",
+            {"pixel_values": torch.linspace(-1, 1, 2 * 3 * 8 * 8).reshape(2, 3, 8, 8)}),
+    }
+
+
+ARCHS = ["llama", "gpt2", "bert", "t5", "bart", "vit"]
+
+
+@pytest.fixture(scope="module")
+def configs():
+    return _configs()
+
+
+def build(configs, arch: str, seed: int = 0):
+    cls, config, *_ = configs[arch]
+    torch.manual_seed(seed)
+    return cls(config).eval()   # eval: no dropout, so two runs are the same computation
+
+
+def inputs(configs, arch: str) -> dict:
+    return dict(configs[arch][-1])
+
+
+def _main_output(out) -> torch.Tensor:
+    return out[0]   # logits, or last_hidden_state: the first field of a ModelOutput
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_capture_with_grads_on_blocks_attention_mlp_and_the_root(configs, arch):
+    """The issue's bar: grads=True on modules that return a ModelOutput, a tuple or a tensor,
+    the root included; every gradient equals the one autograd gives the same tensor, and the
+    recording's repr never raises (it raised KeyError on a ModelOutput)."""
+    model, kw = build(configs, arch), inputs(configs, arch)
+    block, attn, mlp = configs[arch][2:5]
+    names = [block, attn, mlp, ""]
+    kept: dict[str, object] = {}
+
+    def keep(name):
+        def hook(module, args, output):
+            for _, t in iter_tensors(output):
+                if t.requires_grad:
+                    t.retain_grad()
+            kept[name] = output
+        return hook
+
+    handles = [ht.get_layer(model, n).register_forward_hook(keep(n)) for n in names]
+    try:
+        with ht.capture(model, names, grads=True) as rec:
+            out = model(**kw)
+            pending = repr(rec)   # before backward: the gradients are pending, and repr says so
+            _main_output(out).pow(2).sum().backward()
+        text = repr(rec)
+    finally:
+        for h in handles:
+            h.remove()
+    assert pending.count("grad -") == 4, pending
+    assert text.splitlines()[0] == "Recording of 4 layer(s): outputs + grads"
+    assert all(f"{n or '<root>'}  " in text for n in names) and "grad ?" not in text, text
+    # the root: the same ModelOutput class, read by attribute, copied (not the model's tensor)
+    root, root_grad = rec[""], rec.grads[""]
+    assert type(root) is type(out) is type(root_grad)
+    assert torch.equal(_main_output(root), _main_output(out))
+    assert _main_output(root).data_ptr() != _main_output(out).data_ptr()
+    assert torch.equal(_main_output(root_grad), 2 * _main_output(out).detach())
+    for name in names:
+        recorded, grads, live = rec[name], rec.grads[name], kept[name]
+        assert type(recorded) is type(live)
+        got = dict(iter_tensors(grads))
+        # a gradient for every tensor the loss reached (BERT's pooler_output it does not: None)
+        expected = {p: t.grad for p, t in iter_tensors(live) if t.requires_grad and t.grad is not None}
+        assert got.keys() == expected.keys() and expected, (name, got.keys(), expected.keys())
+        for path, grad in expected.items():
+            assert torch.equal(got[path], grad), (name, path)
+        for path, t in iter_tensors(live):
+            assert torch.equal(dict(iter_tensors(recorded))[path], t), (name, path)
+
+
+def test_capture_copies_tensors_only_a_kv_cache_is_kept_by_reference(configs):
+    model = build(configs, "llama")
+    with ht.capture(model, [""]) as rec:
+        out = model(IDS, use_cache=True)
+    key = next(k for k, v in out.items() if not isinstance(v, torch.Tensor))   # "cache" (5.x) / "past_key_values"
+    assert "Cache" in type(out[key]).__name__
+    assert rec[""][key] is out[key]                       # the cache object itself, by reference
+    assert rec[""].logits.data_ptr() != out.logits.data_ptr()   # the tensors are copies
+    assert f"{key}: {type(out[key]).__name__}" in repr(rec)
+
+
+@pytest.mark.parametrize("arch, block", [("llama", "model.layers.0"), ("gpt2", "transformer.h.0")])
+def test_generate_with_a_cache_calls_each_block_once_per_token_and_capture_records_each_call(configs, arch, block):
+    """generate() with a KV cache: the prompt pass sees the whole prompt, every later call a
+    sequence of length one; capture records each call, and the first equals a plain forward's."""
+    model = build(configs, arch)
+    new = 3
+    with ht.capture(model, [block]) as rec:
+        generated = model.generate(IDS, max_new_tokens=new, min_new_tokens=new, do_sample=False, use_cache=True)
+    assert generated.shape == (2, IDS.shape[1] + new)
+    calls = rec.calls(block)
+    hidden = [c if isinstance(c, torch.Tensor) else c[0] for c in calls]   # a tensor, or a tuple on older releases
+    assert [h.shape[1] for h in hidden] == [IDS.shape[1]] + [1] * (new - 1)
+    with ht.capture(model, [block]) as plain:
+        model(IDS, use_cache=False)
+    first = plain[block] if isinstance(plain[block], torch.Tensor) else plain[block][0]
+    assert torch.allclose(hidden[0], first, atol=1e-6)   # the same computation, up to kernel choice
+    assert len(ht.list_hooks(model).where(owner="user")) == 0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_transformers_hooks_are_its_own_and_survive_remove_hooks(configs, arch):
+    """output_hidden_states=True installs forward hooks (once, lazily) that list_hooks shows as
+    transformers' own; remove_hooks keeps them and says so, so output_hidden_states still works;
+    include_libraries=True removes them and transformers installs them again when next asked."""
+    model, kw = build(configs, arch), inputs(configs, arch)
+    before = model(**kw, output_hidden_states=True)
+    key = "hidden_states" if "hidden_states" in before else "decoder_hidden_states"
+    library = ht.list_hooks(model).where(owner="transformers")
+    assert len(library) >= 2 and len(library) == len(ht.list_hooks(model).where(owner="library"))
+    assert {(r.kind, r.owner, r.mechanism, r.owner_label, r.is_library) for r in library} == {
+        ("forward", "transformers", "output capturing", "transformers (output capturing)", True)}
+    block = configs[arch][2]
+    ht.get_layer(model, block).register_forward_hook(lambda m, a, o: None)
+    removed = ht.remove_hooks(model)
+    assert removed == 1 and len(removed.left) == len(library)
+    assert repr(removed).startswith(f"removed 1 hook; left {len(library)} that transformers installed and the "
+                                    "model relies on (output capturing: ")
+    assert repr(removed).endswith("remove_hooks(model, include_libraries=True) removes those too")
+    with pytest.raises(ValueError, match=r"installed by transformers \(output capturing\).*include_libraries=True"):
+        ht.inventory.remove_row(model, library[0])
+    after = model(**kw, output_hidden_states=True)
+    assert len(after[key]) == len(before[key]) > 0
+    assert all(torch.equal(a, b) for a, b in zip(after[key], before[key]))
+    # removed too when asked; transformers then installs them again instead of returning nothing
+    assert ht.remove_hooks(model, include_libraries=True) == len(library)
+    assert len(ht.list_hooks(model)) == 0
+    again = model(**kw, output_hidden_states=True)
+    assert len(again[key]) == len(before[key])
+    assert len(ht.list_hooks(model).where(owner="transformers")) == len(library)
+
+
+def test_without_the_reset_transformers_hooks_removed_by_hand_leave_hidden_states_empty(configs):
+    """Why remove_hooks keeps them: deleted from the dicts by hand (what "remove every hook"
+    snippets do), transformers never installs them again and output_hidden_states is empty."""
+    model = build(configs, "llama")
+    model(IDS, output_hidden_states=True)
+    for m in model.modules():
+        m._forward_hooks.clear()
+    assert model(IDS, output_hidden_states=True).hidden_states == ()
+
+
+def test_accelerates_patched_forward_is_listed_as_rows_of_their_own(configs):
+    """accelerate's hooks replace forward (module._hf_hook): no torch hook dict shows them. They
+    are rows of kind patched_forward, accelerate's kept by remove_hooks, yours (a ModelHook of
+    your own) removed like any hook of yours; cpu_offload's are undone with accelerate's own
+    remove_hook_from_module (the weights come back from the offload map)."""
+    cpu_offload, model_hook, add_hook_to_module = _accelerate_hooks()
+    model = build(configs, "llama")
+    reference = model(IDS).logits
+
+    class CountCalls(model_hook):
+        calls = 0
+
+        def pre_forward(self, module, *args, **kwargs):
+            CountCalls.calls += 1
+            return args, kwargs
+
+    mlp = model.model.layers[1].mlp
+    add_hook_to_module(mlp, CountCalls())
+    cpu_offload(model.model.layers[0], execution_device="cpu")
+    assert model.model.layers[0].self_attn.q_proj.weight.device.type == "meta"   # offloaded
+    table = ht.list_hooks(model)
+    patched = table.where(kind="patched_forward")
+    assert len(patched) == len(table) and "_hf_hook" in mlp.__dict__
+    mine = patched.where(path="model.layers.1.mlp")
+    assert [(r.function, r.owner, r.owner_label) for r in mine] == [("CountCalls", "user", "you")]
+    theirs = patched.where(owner="accelerate")
+    assert len(theirs) == len(patched) - 1 > 0
+    assert {(r.function, r.owner_label) for r in theirs} == {("AlignDevicesHook", "accelerate (add_hook_to_module)")}
+    assert torch.allclose(model(IDS).logits, reference, atol=1e-6)
+    # an accelerate hook runs when forward() is called directly; a torch forward hook does not
+    fired = []
+    with mlp.register_forward_hook(lambda m, a, o: fired.append(1)):
+        calls = CountCalls.calls
+        mlp.forward(torch.zeros(1, 16))
+        assert CountCalls.calls == calls + 1 and fired == []
+
+    removed = ht.remove_hooks(model)
+    assert removed == 1 and "_hf_hook" not in mlp.__dict__ and "forward" not in mlp.__dict__
+    assert f"left {len(theirs)} that accelerate installed and the model relies on (add_hook_to_module: " \
+        in repr(removed)
+    assert model.model.layers[0].self_attn.q_proj.weight.device.type == "meta"
+    assert ht.remove_hooks(model, include_libraries=True) == len(theirs)
+    assert len(ht.list_hooks(model)) == 0
+    layer0 = model.model.layers[0]
+    assert all(p.device.type == "cpu" for p in layer0.parameters())
+    assert not any("forward" in m.__dict__ or "_hf_hook" in m.__dict__ for m in model.modules())
+    assert torch.allclose(model(IDS).logits, reference, atol=1e-6)
+
+
+def test_global_registration_hooks_are_listed_and_removed_on_a_hugging_face_model(configs):
+    """Building a model registers parameters, buffers and modules: the global registration hooks
+    fire for each, and list_hooks / remove_hooks(include_global=True) treat them like the rest."""
+    from torch.nn.modules import module as module_mod
+
+    names = []
+    handle = module_mod.register_module_parameter_registration_hook(lambda m, n, p: names.append(n))
+    try:
+        model = build(configs, "gpt2")
+        assert "weight" in names
+        rows = ht.list_hooks(model).where(kind="parameter_registration")
+        assert [(r.path, r.owner) for r in rows] == [("<global>", "user")]
+        assert ht.remove_hooks(model, include_global=True) == 1
+        names.clear()
+        build(configs, "gpt2")
+        assert names == []
+    finally:
+        handle.remove()
+
+
+_COMPILED = """
+import os
+os.environ["HF_HUB_OFFLINE"] = "1"
+import torch
+import transformers
+import hooktutor as ht
+transformers.logging.set_verbosity_error()
+torch.manual_seed(0)
+config = transformers.LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
+model = transformers.LlamaForCausalLM(config).eval()
+ids = torch.arange(2, 12).reshape(2, 5)
+compiled = torch.compile(model, backend="eager")
+block = "model.layers.0"
+assert ht.get_layer(compiled, block) is model.model.layers[0] is ht.get_layer(compiled, "_orig_mod." + block)
+mlp = "_orig_mod." + block + ".mlp"                 # one name with the prefix, one without
+with ht.capture(compiled, [block, mlp], grads=True) as rec:   # compiled with the hooks in place
+    compiled(ids).logits.sum().backward()
+assert rec.names == [block, mlp] and rec.n_calls("_orig_mod." + block) == 1
+assert torch.equal(rec[block], rec["_orig_mod." + block]) and rec.grads[block].shape == rec[block].shape
+assert rec[mlp] is rec[block + ".mlp"] and rec.grads[block + ".mlp"].shape == (2, 5, 16)
+assert "_orig_mod." + block in rec and block + ".mlp" in rec
+with model.model.layers[1].register_forward_hook(lambda m, a, o: None):
+    assert len(ht.list_hooks(compiled).where(path="model.layers.1")) == 1
+print("ok")
+"""
+
+
+def test_layer_names_of_a_compiled_hugging_face_model_work_without_orig_mod(in_a_process_of_its_own):
+    """torch.compile names every layer `_orig_mod.<name>`: capture, its recording, get_layer and
+    list_hooks take the names with or without it. In a process of its own: it compiles."""
+    assert in_a_process_of_its_own(_COMPILED).strip().endswith("ok")
