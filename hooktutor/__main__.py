@@ -9,11 +9,13 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    usage = ("usage: hooktutor lab [FOLDER] | workbook FOLDER | doctor | regen NOTEBOOK... | student OUTDIR\n"
+    usage = ("usage: hooktutor lab [FOLDER] | workbook FOLDER | lab-config FOLDER | doctor | regen NOTEBOOK... | student OUTDIR\n"
              "                 | answers [--write] | mutants [KEY...] | links [--write]\n"
              "       (python -m hooktutor ... is the same command)\n"
              "  lab      write the learner's workbook into FOLDER (default ./hooktutor-workbook), then open\n"
              "           JupyterLab on it (needs pip install \"hooktutor[lab]\")\n"
+             "  lab-config FOLDER [--instructor]  write the Lab settings of a mode into FOLDER (for\n"
+             "           JUPYTER_CONFIG_PATH; binder/postBuild uses it)\n"
              "  doctor   check this environment for the course and say what to fix\n"
              "  regen    execute notebooks top to bottom and store their outputs\n"
              "  student  write the student edition of every lesson into OUTDIR\n"
@@ -54,6 +56,9 @@ def main(argv: list[str]) -> int:
     if command == "lab":
         from .course.lab import main as lab
         return lab(rest)
+    if command == "lab-config":
+        from .course.lab import write_config_main
+        return write_config_main(rest)
     if command == "links":
         from .course.links import main as links
         return links(rest)

@@ -131,3 +131,17 @@ def main(argv: list[str]) -> int:
             return subprocess.call(command, env=lab_environment(Path(config)))
         except KeyboardInterrupt:
             return 0
+
+
+def write_config_main(argv: list[str]) -> int:
+    """``hooktutor lab-config FOLDER [--instructor]``: the settings folder of a mode, for a server
+    started elsewhere with FOLDER first on JUPYTER_CONFIG_PATH (Binder: binder/postBuild, binder/start)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="hooktutor lab-config", description=write_config_main.__doc__)
+    parser.add_argument("folder", type=Path)
+    parser.add_argument(INSTRUCTOR_FLAG, action="store_true", help="keep nbgrader's menus and server extensions")
+    args = parser.parse_args(argv)
+    print(f"wrote the {'instructor' if args.instructor else 'learner'}-mode Lab settings to "
+          f"{write_lab_config(args.folder, args.instructor)}")
+    return 0
