@@ -9,8 +9,9 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    usage = ("usage: hooktutor lab [FOLDER] | workbook FOLDER | lab-config FOLDER | doctor | regen NOTEBOOK... | student OUTDIR\n"
-             "                 | answers [--write] | mutants [KEY...] | links [--write]\n"
+    usage = ("usage: hooktutor lab [FOLDER] | workbook FOLDER | lab-config FOLDER | doctor\n"
+             "                 | regen NOTEBOOK... | student OUTDIR | answers [--write] | mutants [KEY...]\n"
+             "                 | links [--write]\n"
              "       (python -m hooktutor ... is the same command)\n"
              "  lab      write the learner's workbook into FOLDER (default ./hooktutor-workbook), then open\n"
              "           JupyterLab on it (needs pip install \"hooktutor[lab]\")\n"

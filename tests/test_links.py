@@ -26,8 +26,8 @@ SCANNED = sorted({*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), *NOTEBOOKS, *ROOT
 
 def test_every_generated_link_agrees_with_project_urls():
     stale = links.stale(ROOT)
-    assert not stale, (f"these disagree with [project.urls] ({HOME}): "
-                       f"{sorted(p.relative_to(ROOT).as_posix() for p in stale)}; run python -m hooktutor links --write")
+    names = sorted(p.relative_to(ROOT).as_posix() for p in stale)
+    assert not stale, f"these disagree with [project.urls] ({HOME}): {names}; run python -m hooktutor links --write"
 
 
 def test_no_other_link_to_a_binder_a_colab_or_a_repository():
