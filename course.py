@@ -132,48 +132,25 @@ def notebooks() -> list[Path]:
 
 
 # -- the JupyterLab of the course -----------------------------------------------------------
-# A learner's Lab shows no instructor tooling and asks nothing about news. nbgrader (installed
-# for the instructors' tests and grading) brings lab extensions (an "Nbgrader" menu, a
-# "Validate" button, a "Create Assignment" panel) and server extensions; `lab` switches them
-# off unless `--instructor` is given. The settings live in a configuration folder inside the
-# course environment, written by `lab` on every start and put on JUPYTER_CONFIG_PATH for that
-# one server only: nothing is written to the user's home configuration, and a fresh .venv
-# gets it from this file.
-INSTRUCTOR_FLAG = "--instructor"
-NBGRADER_LAB_EXTENSION = "@jupyter/nbgrader"
-NBGRADER_SERVER_EXTENSIONS = ("nbgrader.server_extensions.assignment_list",
-                              "nbgrader.server_extensions.course_list",
-                              "nbgrader.server_extensions.formgrader",
-                              "nbgrader.server_extensions.validate_assignment")
-# JupyterLab's own supported switches: no news fetched, no update checks, and (so no prompt
-# appears) the question "get notified about official Jupyter news?" already answered no.
-LSP_LAB_EXTENSION = "@jupyterlab/lsp-extension"
-LAB_SETTING_DEFAULTS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false",
-                                                                         "checkForUpdates": False}}
+# Its settings (learner mode: nbgrader's menus and Lab's news prompt off; --instructor keeps
+# nbgrader) and its command line live in hooktutor/course/lab.py, shared with the `hooktutor lab`
+# console script of the installed package. That file uses only the standard library, so it is
+# loaded here by path, before the course environment (and the package) is installed.
+def _load_lab_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hooktutor_course_lab", ROOT / "hooktutor" / "course" / "lab.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def lab_config(instructor: bool = False) -> dict[str, object]:
-    """The files of the Lab configuration folder (relative path -> JSON content).
-
-    Kernels get CurveZMQ keys from the server (jupyter_client's transport_encryption, for the
-    kernels whose kernelspec declares it, as ipykernel's does): without them every kernel that
-    starts prints "Kernel is running over TCP without encryption", and the learner's terminal
-    fills with it."""
-    server: dict[str, object] = {
-        "LabApp": {"news_url": None,
-                   "check_for_updates_class": "jupyterlab.handlers.announcements.NeverCheckForUpdate"}}
-    server["KernelManager"] = {"transport_encryption": "auto"}
-    # ... and its Lab side, which would ask the server for /lsp/status on every page load (a 404)
-    page: dict[str, object] = {"disabledExtensions": {LSP_LAB_EXTENSION: True}}
-    # jupyter-lsp comes with JupyterLab and looks for language servers the course never installs,
-    # printing a long "Skipped non-installed server(s)" line at every start: off in both modes
-    server["ServerApp"] = {"jpserver_extensions": {"jupyter_lsp": False}}
-    if not instructor:
-        server["ServerApp"]["jpserver_extensions"].update(dict.fromkeys(NBGRADER_SERVER_EXTENSIONS, False))
-        page["disabledExtensions"] = {LSP_LAB_EXTENSION: True, NBGRADER_LAB_EXTENSION: True}
-    return {"jupyter_server_config.json": server,
-            "labconfig/page_config.json": page,
-            "labconfig/default_setting_overrides.json": LAB_SETTING_DEFAULTS}
+_lab = _load_lab_module()
+INSTRUCTOR_FLAG = _lab.INSTRUCTOR_FLAG
+lab_config = _lab.lab_config
+write_lab_config = _lab.write_lab_config
+lab_environment = _lab.lab_environment
+lab_arguments = _lab.lab_arguments
 
 
 def lab_config_dir(instructor: bool = False) -> Path:
@@ -181,34 +158,10 @@ def lab_config_dir(instructor: bool = False) -> Path:
     return venv_dir() / "etc" / "hooktutor" / ("lab-instructor" if instructor else "lab-learner")
 
 
-def write_lab_config(folder: Path, instructor: bool = False) -> Path:
-    """Write the configuration folder of the mode into ``folder`` (replacing what was there)."""
-    for name, content in lab_config(instructor).items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(content, indent=1) + "\n", encoding="utf-8")
-    return folder
-
-
-def lab_environment(folder: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """``environ`` (default: this process's) with ``folder`` first on JUPYTER_CONFIG_PATH."""
-    env = dict(os.environ if environ is None else environ)
-    rest = env.get("JUPYTER_CONFIG_PATH", "")
-    env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(folder), rest]))
-    return env
-
-
-def lab_arguments(args: list[str]) -> tuple[bool, list[str]]:
-    """Split `lab`'s arguments into the instructor switch and the rest (for jupyter lab)."""
-    return INSTRUCTOR_FLAG in args, [a for a in args if a != INSTRUCTOR_FLAG]
-
-
 def lab_command(jupyter: os.PathLike | str, args: list[str], root: Path = NOTEBOOKS) -> list[str]:
     """The `jupyter lab` command line on folder ``root`` (``args``: what the user added, without
     --instructor)."""
-    extra = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers, CI
-    return [str(jupyter), "lab", "--no-browser", "--ip=127.0.0.1", f"--ServerApp.root_dir={root}",
-            "--LabApp.default_url=/lab/tree/00_start_here.ipynb", *extra, *args]
+    return _lab.lab_command(jupyter, args, root)
 
 
 def cmd_lab(args: list[str]) -> int:

@@ -1,4 +1,7 @@
-"""``python -m hooktutor doctor | regen NB... | student OUTDIR | workbook FOLDER``."""
+"""``hooktutor lab [FOLDER] | workbook FOLDER | doctor | regen NB... | student OUTDIR | links | ...``.
+
+The ``hooktutor`` console script of the installed package and ``python -m hooktutor`` are the same
+command. ``lab`` and ``workbook`` are the learner's; the rest are the course authors' tools."""
 
 from __future__ import annotations
 
@@ -6,8 +9,14 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    usage = ("usage: python -m hooktutor doctor | regen NOTEBOOK... | student OUTDIR | workbook FOLDER\n"
-             "                          | answers [--write] | mutants [KEY...]\n"
+    usage = ("usage: hooktutor lab [FOLDER] | workbook FOLDER | lab-config FOLDER | doctor\n"
+             "                 | regen NOTEBOOK... | student OUTDIR | answers [--write] | mutants [KEY...]\n"
+             "                 | links [--write]\n"
+             "       (python -m hooktutor ... is the same command)\n"
+             "  lab      write the learner's workbook into FOLDER (default ./hooktutor-workbook), then open\n"
+             "           JupyterLab on it (needs pip install \"hooktutor[lab]\")\n"
+             "  lab-config FOLDER [--instructor]  write the Lab settings of a mode into FOLDER (for\n"
+             "           JUPYTER_CONFIG_PATH; binder/postBuild uses it)\n"
              "  doctor   check this environment for the course and say what to fix\n"
              "  regen    execute notebooks top to bottom and store their outputs\n"
              "  student  write the student edition of every lesson into OUTDIR\n"
@@ -15,7 +24,9 @@ def main(argv: list[str]) -> int:
              "  answers  compare (--write: rewrite) the lessons' answer cells and the instructors' guide\n"
              "           with the exercise files, their one source\n"
              "  mutants  mutate every exercise's solution, run each mutant through its check, print the\n"
-             "           kill rate per exercise and the survivors")
+             "           kill rate per exercise and the survivors\n"
+             "  links    compare (--write: rewrite) every link to the course's public home, its badges and\n"
+             "           install commands with [project.urls] of pyproject.toml, their one source")
     if not argv or argv[0] in {"-h", "--help"}:
         print(usage)
         return 0
@@ -43,9 +54,23 @@ def main(argv: list[str]) -> int:
     if command == "workbook":
         from .course.workbook import main as workbook
         return workbook(rest)
+    if command == "lab":
+        from .course.lab import main as lab
+        return lab(rest)
+    if command == "lab-config":
+        from .course.lab import write_config_main
+        return write_config_main(rest)
+    if command == "links":
+        from .course.links import main as links
+        return links(rest)
     print(f"unknown command {command!r}\n{usage}", file=sys.stderr)
     return 2
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The ``hooktutor`` console script."""
     sys.exit(main(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    cli()

@@ -40,14 +40,18 @@ def test_binder_link_opens_lesson_00_of_this_repository():
     assert "python -m hooktutor workbook workbook" in (ROOT / "binder" / "postBuild").read_text()
 
 
-def test_colab_links_point_at_existing_notebooks_with_a_setup_cell():
-    links = re.findall(r"https://colab\.research\.google\.com/github/([\w.-]+/[\w.-]+)/blob/(\w+)/([\w./-]+\.ipynb)",
+def test_colab_links_open_the_learners_edition_of_every_notebook():
+    """Colab opens the branch the workflow writes the learner's edition to (hooktutor/course/links.py);
+    tests/test_links.py holds every link and each lesson's set-up cell to [project.urls]."""
+    from hooktutor.course import links
+
+    found = re.findall(r"https://colab\.research\.google\.com/github/([\w.-]+/[\w.-]+)/blob/(\w+)/([\w./-]+\.ipynb)",
                        README)
-    notebooks = {p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*.ipynb")}
-    assert {path for _, _, path in links} == notebooks, "one Colab link per notebook"
-    for slug, branch, path in links:
-        assert slug == repo_slug() and branch == "main"
-        nb = nbformat.read(ROOT / path, as_version=4)
+    notebooks = {p.name for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert sorted(path for _, _, path in found) == sorted(notebooks), "one Colab link per notebook"
+    for slug, branch, path in found:
+        assert slug == repo_slug() and branch == links.LEARNER_BRANCH
+        nb = nbformat.read(ROOT / "notebooks" / path, as_version=4)
         setup = next(c for c in nb.cells if c.cell_type == "code")
         assert "google.colab" in setup.source and f"github.com/{repo_slug()}" in setup.source, path
 

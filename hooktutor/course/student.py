@@ -191,12 +191,17 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m hooktutor student",
                                      description="Write the student edition of the course.")
     parser.add_argument("out_dir", type=Path, help="folder for the student notebooks")
-    parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[2] / "notebooks",
-                        help="the source notebooks (default: notebooks/ of this checkout)")
+    parser.add_argument("--source", type=Path, default=None,
+                        help="the source notebooks (default: notebooks/ of this checkout, or the lessons "
+                             "an installed wheel carries)")
     parser.add_argument("--nbgrader", type=Path, metavar="COURSE", default=None,
                         help="also write an nbgrader course folder (source/ and nbgrader_config.py)")
     parser.add_argument("--clean", action="store_true", help="empty OUT_DIR first")
     args = parser.parse_args(argv)
+    if args.source is None:
+        from .workbook import course_lessons  # a circular import at the top (workbook imports this)
+
+        args.source = course_lessons()
     if not args.source.is_dir():
         parser.error(f"no notebooks folder at {args.source}")
     if args.clean and args.out_dir.exists():

@@ -27,6 +27,16 @@ from pathlib import Path
 from .student import MarkingError, convert, lessons
 
 MANIFEST = ".hooktutor-workbook.json"
+PACKAGED_LESSONS = Path(__file__).resolve().parents[1] / "lessons"  # in a wheel (setup.py puts them there)
+CHECKOUT_LESSONS = Path(__file__).resolve().parents[2] / "notebooks"  # in a git checkout
+
+
+def course_lessons() -> Path:
+    """The folder of the course's lessons (the instructor's edition, solutions included): the ones
+    an installed wheel carries, else ``notebooks/`` of the checkout this package runs from."""
+    if any(PACKAGED_LESSONS.glob("*.ipynb")):
+        return PACKAGED_LESSONS
+    return CHECKOUT_LESSONS
 
 
 def _digest(data: bytes) -> str:
@@ -127,12 +137,14 @@ def sync(folder: Path, source: Path) -> SyncReport:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hooktutor workbook",
+    parser = argparse.ArgumentParser(prog="hooktutor workbook",
                                      description="Write or update the learner's workbook (exercises blank).")
     parser.add_argument("folder", type=Path, help="the workbook folder (course.py lab uses workbook/)")
-    parser.add_argument("--source", type=Path, default=Path(__file__).resolve().parents[2] / "notebooks",
-                        help="the source notebooks (default: notebooks/ of this checkout)")
+    parser.add_argument("--source", type=Path, default=None,
+                        help="the source notebooks (default: the lessons the installed package carries, "
+                             "or notebooks/ of this checkout)")
     args = parser.parse_args(argv)
+    args.source = args.source or course_lessons()
     if not args.source.is_dir():
         parser.error(f"no notebooks folder at {args.source}")
     try:
