@@ -40,7 +40,10 @@ class RecordNotFound(LookupError):
 
 
 class CompiledModelWarning(UserWarning):
-    """``capture`` on a model that ``torch.compile`` wrapped recorded only some layers, or none."""
+    """``capture`` on a model that ``torch.compile`` wrapped (or one that contains such a wrapper):
+    a layer inside the wrapper recorded nothing at all in the block, while the wrapper was called.
+    A layer that recorded in some calls and not in others (a recompile in the block traced the
+    hooks in) is not reported: compare its records with the calls you made."""
 
 
 class capture:  # noqa: N801 - used like a function: ``with capture(model) as rec``
@@ -124,7 +127,8 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         """Hooks added to layers that had none when a compiled model last compiled do not run inside
         that code (dynamo does not guard their empty hook dicts): the recording has holes, and nothing else says so.
         One warning per capture, naming the compiled modules that ran in the block and the
-        layers inside them that recorded nothing."""
+        layers inside them that recorded nothing (only those: a layer with fewer records than
+        calls is not reported)."""
         store, silent, inside, ran = self.recording.outputs._store, [], 0, []
         for wrapper in self._compiled:
             if not wrapper.calls:

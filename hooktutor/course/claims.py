@@ -277,6 +277,33 @@ def _compile_traces_torch_nn_root_hooks() -> bool:
     return not ran
 
 
+def _compile_guards_every_hook_kind() -> bool:
+    import torch
+    import torch._dynamo
+    from torch import nn
+
+    def late_hook_runs(kind_at_compile: str | None) -> bool:
+        """Whether a forward pre-hook added after the first compiled call runs in the next one, on a
+        Linear that had a no-op hook of ``kind_at_compile`` (or none) when it compiled."""
+        model, ran = nn.Sequential(nn.Linear(2, 2)), []
+        register = {"forward": model[0].register_forward_hook, None: None}[kind_at_compile]
+        handle = register(lambda m, a, o: None) if register else None
+        torch._dynamo.reset()
+        try:
+            compiled = torch.compile(model, backend="eager")
+            compiled(torch.zeros(1, 2))
+            with model[0].register_forward_pre_hook(lambda m, a: ran.append(1) and None):
+                compiled(torch.zeros(1, 2))
+        finally:
+            if handle is not None:
+                handle.remove()
+            torch._dynamo.reset()
+        return bool(ran)
+
+    # (before torch 2.5 a late hook on a built-in layer runs anyway: not what this claim is about)
+    return not late_hook_runs(None) and late_hook_runs("forward")
+
+
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="legacy-hook-future-warning",
@@ -389,6 +416,24 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "2.15.0 wheels trace the hook. Releases 2.2 to 2.12 were not run here: the release is taken "
                  "from the pull request's date",
         probe=_compile_traces_tensor_hook,
+    ),
+    Claim(
+        id="compile-guards-every-hook-kind",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 1 (late hooks: a hook of another kind on a layer that had hooks), 'Try it live' and "
+              "the recap",
+        before="(where late hooks are skipped, compile-skips-late-hook) Dynamo guards only the hook dicts of a "
+               "module that were non-empty when it compiled, kind by kind: a late forward pre-hook on a layer "
+               "that had only a forward hook is skipped, no recompile",
+        after="a module that had any hook when it compiled has all its hook dicts guarded: a late hook of "
+              "another kind on it makes the next call compile again, and runs",
+        since="2.15.0",
+        evidence="observed: the 2.13.0 wheel skips the late pre-hook (no new graph), the 2.15.0 wheel compiles "
+                 "again and runs it; 2.14 was not run here, so the first release is bracketed between 2.13.0 "
+                 "and 2.15.0. The 2.1.2 wheel runs late hooks on built-in layers anyway (the probe checks "
+                 "that a late hook on a layer without hooks is skipped first)",
+        probe=_compile_guards_every_hook_kind,
     ),
     Claim(
         id="compile-traces-torch-nn-root-hooks",

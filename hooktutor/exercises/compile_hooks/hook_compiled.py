@@ -12,6 +12,11 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - reattach: two hooks attached one after the other to two layers: both must fire (the second
   reset must not be the only one that counts);
 - nested, dtype: a layer inside a nested ``Sequential``, a float64 model;
+- left_as_found: forces the recompile by changing a guarded part of the model instead of resetting
+  (``layer.weight.requires_grad_(False)``, ``train()``/``eval()``): the next call compiles again, but
+  the caller's model stays changed;
+- technique: replaces ``layer.forward`` by a function that calls the hook (and resets), returning a
+  handle of its own: the output is right, but it is not a forward hook;
 - detached / returns: returns the handle, so that ``handle.remove()`` takes the hook off again
   (and the compiled model stops running it).
 """
@@ -23,6 +28,7 @@ import weakref
 import torch
 import torch._dynamo
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from ...inventory import remove_row
 from .. import kit
@@ -79,6 +85,43 @@ def _with_hooks(model: nn.Module, x: torch.Tensor, hooks: dict) -> torch.Tensor:
             h.remove()
 
 
+def _state(model: nn.Module) -> dict[str, object]:
+    """What an answer must leave as it was: each module's train/eval flag and whether it has a
+    ``forward`` of its own (an instance attribute replacing its class's), each parameter's
+    ``requires_grad`` and values."""
+    state: dict[str, object] = {}
+    for n, m in model.named_modules():
+        state[f"{n or 'the model'}.training"] = m.training
+        state[f"{n or 'the model'}.forward replaced"] = "forward" in vars(m)
+    for n, p in model.named_parameters():
+        state[f"{n}.requires_grad"] = p.requires_grad
+        state[f"{n} (values)"] = p.detach().clone()
+    return state
+
+
+def _expect_as_found(t: Tester, before: dict, after: dict) -> None:
+    changed = [k for k in before if k not in after or not (
+        torch.equal(after[k], before[k]) if isinstance(before[k], torch.Tensor) else after[k] == before[k])]
+    if changed:
+        first = changed[0]
+        t.expect(False, what=f"{first} after your answer", expected=before[first], got=after.get(first), nudge=(
+            "leave the model as it was: changing it (requires_grad, train/eval, a replaced forward, the "
+            "weights) may make the next call compile again, but it changes the caller's model for good; "
+            "torch._dynamo.reset() makes the next call compile again without changing anything"))
+
+
+def _expect_forward_hook(t: Tester, layer: nn.Module, handle: object) -> None:
+    """The handle must be one that ``layer.register_forward_hook`` gave: its id is a key of the
+    layer's forward hooks."""
+    real = isinstance(handle, RemovableHandle) and handle.id in layer._forward_hooks
+    t.expect(real, what="the handle hook_compiled returns", expected="layer.register_forward_hook(hook)'s handle",
+             got="a forward hook's handle" if real else (
+                 "a handle, but not of a forward hook on the layer"
+                 if isinstance(handle, RemovableHandle) else f"a {type(handle).__name__}, not a hook's handle"),
+             nudge=("attach the hook with layer.register_forward_hook(hook) and return its handle: a replaced "
+                    "forward or a wrapper of your own is not a forward hook (other hooks and tools would not see it)"))
+
+
 def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, second: str | None = None,
          after_removal: bool = False) -> None:
     """Compile ``model``, call it once, attach a hook through the answer (then, after another call,
@@ -115,8 +158,10 @@ def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, sec
             compiled(x)
             # (no t.track(model): its stand-in hooks on every module would be compiled in at the next
             # compile, and a hook added to a module that has hooks is guarded; leaks are checked below)
+            state = _state(model)
             with kit.HookWitness({name: layer}) as witness:
                 handle = answer(compiled, layer, zero)
+            changed = _state(model)
             t.expect(witness.calls[name] == 0, what=f"calls of {name} during your answer", expected=0,
                      got=witness.calls[name], nudge="attach the hook without calling the model: the caller calls it")
             before = len(runs)
@@ -132,9 +177,14 @@ def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, sec
                            wrong={"skipped": (plain, _SKIPPED), "wrapper": (torch.zeros_like(plain), (
                                "the whole model's output was zeroed: register the hook on the layer itself, "
                                "not on the compiled wrapper"))})
+            _expect_forward_hook(t, layer, handle)
+            _expect_as_found(t, state, changed)
             handles = [handle]
             if second:   # a second hook, after the compiled model ran with the first
+                state = _state(model)
                 handles.append(answer(compiled, other, shift))
+                _expect_forward_hook(t, other, handles[-1])
+                _expect_as_found(t, state, _state(model))
                 t.expect_close(compiled(x), both, atol=1e-6,
                                rtol=1e-5, what=f"compiled(x) with a second hook, on {second}", wrong={
                                    "skipped": (zeroed, _SKIPPED + ", for every hook you attach")},
@@ -204,6 +254,35 @@ def _uncompile(compiled, layer, hook):
     handle = layer.register_forward_hook(hook)
     compiled.forward = compiled._orig_mod.__call__   # compiled(x) now runs the model eagerly, for good
     return handle
+
+
+@exercise.wrong("freezes the layer's weight to force a recompile, no reset", mentions="leave the model as it was")
+def _freezes(compiled, layer, hook):
+    handle = layer.register_forward_hook(hook)
+    layer.weight.requires_grad_(False)   # a guarded flag: the next call compiles again, the layer stays frozen
+    return handle
+
+
+class _PatchHandle:
+    def __init__(self, layer):
+        self.layer = layer
+
+    def remove(self):
+        vars(self.layer).pop("forward", None)
+
+
+@exercise.wrong("replaces the layer's forward instead of registering a hook", mentions="register_forward_hook(hook)")
+def _patches_forward(compiled, layer, hook):
+    original = layer.forward
+
+    def forward(*args):
+        out = original(*args)
+        result = hook(layer, args, out)
+        return out if result is None else result
+
+    layer.forward = forward
+    torch._dynamo.reset()
+    return _PatchHandle(layer)
 
 
 @exercise.wrong("resets only once, on the first hook it attaches", mentions="for every hook you attach", hidden=True,

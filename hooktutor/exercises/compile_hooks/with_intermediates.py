@@ -8,7 +8,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   the value that is returned (``inplace_after``); edits ``model`` itself (turns its in-place
   ReLU off, which the traced copy shares), or the graph without ``recompile()`` (the generated
   code still returns the old output); returns a module of its own around a
-  ``torch.fx.Interpreter`` instead of a ``GraphModule``;
+  ``torch.fx.Interpreter`` instead of a ``GraphModule``, or a ``GraphModule`` whose graph is
+  unchanged and that records another way: a forward hook on the ``GraphModule`` itself that runs
+  the graph again with an ``Interpreter``, or its ``forward`` replaced by an ``Interpreter`` run;
 - nested: a layer inside a nested ``Sequential`` is a node whose target is its dotted path
   (``encoder.body.0``), not the child's name;
 - order: the names asked for in another order than the layers run;
@@ -23,7 +25,7 @@ from torch import nn
 
 from ...models import MLP
 from .. import kit
-from ..core import Exercise, Tester
+from ..core import Exercise, Tester, learners_hooks
 from ._shared import mlp
 
 
@@ -90,6 +92,29 @@ def _settings(model: nn.Module) -> dict[str, object]:
     return found
 
 
+def _expect_graph_alone(t: Tester, gm: torch.fx.GraphModule) -> None:
+    """Made with torch.fx alone: no hook on any module of ``gm`` (its root included), its forward the
+    one ``gm.recompile()`` generated from its graph (no forward of the instance's own), and that graph
+    returning ``(output, {name: node})`` (its names are checked on what gm(x) returns)."""
+    hooked = learners_hooks(gm, include_global=True)
+    t.expect(not hooked, what="hooks on the GraphModule you returned", expected="none",
+             got=", ".join(f"{r.kind} on {r.path or 'the GraphModule'}" for r in hooked[:3]), nudge=(
+                 "return the intermediates from the rewritten graph, with torch.fx alone: no hooks, not even on "
+                 "the GraphModule itself"))
+    generated = type(gm).forward.__code__.co_filename.startswith("<eval_with_key>")
+    t.expect("forward" not in vars(gm) and generated, what="gm.forward", expected="the code gm.recompile() "
+             "generated from the graph", got="a forward of your own", nudge=(
+                 "change the graph and call gm.recompile(): its generated forward is what a compiler or "
+                 "torch.export reads, not a forward you put on the module (an Interpreter run, a wrapper)"))
+    output = next((node for node in gm.graph.nodes if node.op == "output"), None)
+    result = output.args[0] if output is not None and output.args else None
+    ok = isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], dict)
+    t.expect(ok, what="what gm.graph's output node returns", expected="(output, {name: node})",
+             got="something else" if output is not None else "no output node", nudge=(
+                 "the graph itself must return the intermediates: set the output node's args to "
+                 "((output.args[0], kept),), then gm.recompile()"))
+
+
 def _run(answer, t: Tester, model: nn.Module, x: torch.Tensor, names: list[str], *, inplace: str = "") -> None:
     want_out, want = _expected(model, x, names)
     t.track(model)
@@ -106,6 +131,7 @@ def _run(answer, t: Tester, model: nn.Module, x: torch.Tensor, names: list[str],
     t.expect_type(gm, torch.fx.GraphModule, what="with_intermediates(model, names)", nudge=(
         "return a torch.fx.GraphModule, the one torch.fx.symbolic_trace(model) gave you with its graph "
         "rewritten: a module of your own around it (an Interpreter, a wrapper) is not one"))
+    _expect_graph_alone(t, gm)
     after = _settings(model)
     changed = [k for k in settings if k not in after or not (
         torch.equal(after[k], settings[k]) if isinstance(settings[k], torch.Tensor) else after[k] == settings[k])]
@@ -224,6 +250,32 @@ def _interpreter(model, names):
             recorder = _Recorder(self.gm, names)
             return recorder.run(x), recorder.kept
     return Interpreted()
+
+
+@exercise.wrong("a hook on the GraphModule that re-runs its graph and returns the intermediates",
+                mentions="not even on the GraphModule")
+def _hook_on_gm(model, names):
+    gm = torch.fx.symbolic_trace(model)
+
+    def record(module, args, output):
+        recorder = _Recorder(gm, names)
+        recorder.run(*args)
+        return output, recorder.kept
+
+    gm.register_forward_hook(record)
+    return gm
+
+
+@exercise.wrong("replaces the GraphModule's forward by an Interpreter run", mentions="gm.recompile()")
+def _forward_replaced(model, names):
+    gm = torch.fx.symbolic_trace(model)
+
+    def forward(x):
+        recorder = _Recorder(gm, names)
+        return recorder.run(x), recorder.kept
+
+    gm.forward = forward
+    return gm
 
 
 @exercise.wrong("records with forward hooks", mentions="no hooks")
