@@ -4,8 +4,9 @@ Taught in ``08_training_hooks.ipynb`` (section 5). On Linux the processes are *f
 this one (:data:`START_METHOD`): they start at once, torch already imported, where a fresh
 Python would spend about two seconds importing torch and the ``torch._dynamo`` that DDP's
 constructor loads. macOS and Windows *spawn* them: the new process imports the function it
-runs by its module and name, and a notebook is no module (Linux spawns too once a forked
-child could no longer run a backward pass: :func:`start_method`). So the workers live here, and
+runs by its module and name, and a notebook is no module (Linux does the same, from a fork
+server, once a forked child could no longer run a backward pass: :func:`start_method`). So the
+workers live here, and
 :func:`run` refuses a function defined in a notebook on every system alike:
 
 * :func:`run` starts ``world_size`` processes, each joining one gloo process group on
@@ -78,10 +79,13 @@ def _autograd_refuses_forks() -> bool:
 
 
 def start_method() -> str:
-    """How :func:`run` starts its processes here and now: :data:`START_METHOD`, or ``spawn``
-    where a forked process could not run a backward pass (see :func:`_autograd_refuses_forks`)."""
+    """How :func:`run` starts its processes here and now: :data:`START_METHOD`, or
+    ``forkserver`` where a forked process could not run a backward pass (see
+    :func:`_autograd_refuses_forks`): the processes are then forked from a server process that
+    started fresh, imported torch and this module once, and never ran autograd."""
     if START_METHOD == "fork" and _autograd_refuses_forks():
-        return "spawn"
+        multiprocessing.set_forkserver_preload([__name__])
+        return "forkserver"
     return START_METHOD
 
 

@@ -140,13 +140,18 @@ def test_a_failing_rank_is_raised_here_and_leaves_no_process():
 
 
 @pytest.mark.skipif(distributed.START_METHOD != "fork", reason="processes are spawned here anyway")
-def test_processes_are_forked_unless_a_forked_child_could_not_run_a_backward(monkeypatch):
-    torch.ones(2, requires_grad=True).sum().backward()  # an eager backward keeps forks usable
-    assert not distributed._autograd_refuses_forks()
-    assert distributed.start_method() == "fork"
+def test_processes_are_forked_unless_a_forked_child_could_not_run_a_backward(monkeypatch, in_a_process_of_its_own):
+    # a fresh process (this one may have compiled already): an eager backward keeps forks usable
+    out = in_a_process_of_its_own("""
+import torch
+from hooktutor import distributed
+torch.ones(2, requires_grad=True).sum().backward()
+print(distributed._autograd_refuses_forks(), distributed.start_method())
+""")
+    assert out.split()[-2:] == ["False", "fork"]
     # after a backward through a compiled model torch 2.15 refuses backward in forked children
     monkeypatch.setattr(distributed, "_autograd_refuses_forks", lambda: True)
-    assert distributed.start_method() == "spawn"
+    assert distributed.start_method() == "forkserver"
 
 
 def test_a_worker_defined_in_main_is_refused_with_the_reason():

@@ -40,4 +40,4 @@ def test_pins_are_read_for_this_python(tmp_path):
 
 def test_unknown_command_shows_usage():
     result = subprocess.run([sys.executable, "-m", "hooktutor", "nonsense"], capture_output=True, text=True)
-    assert result.returncode == 2 and "usage: python -m hooktutor" in result.stderr
+    assert result.returncode == 2 and "usage: hooktutor " in result.stderr
