@@ -8,8 +8,8 @@ With ``--cpu-profiles=default`` (or ``avx2``, or both) every notebook is also co
 CPU profile (see ``hooktutor/course/cpu_profiles.py``): the same strict nbval comparison, in a
 kernel started with that profile's environment, so the stored outputs are checked against the
 numbers an older CPU computes. Their test ids read ``notebooks/NN_x.ipynb[cpu=default]::Cell 5``.
-The test command adds none: ``tests/test_rerun.py`` and ``tests/test_student.py`` run every
-notebook anyway, under ``default`` and ``avx2``, and hold it to its stored outputs.
+The test command adds none: ``tests/test_rerun.py`` and the browser's learner's hour run every
+notebook anyway, under ``avx2`` and ``default``, and hold it to its stored outputs.
 """
 
 from __future__ import annotations

@@ -1,21 +1,26 @@
-"""Every notebook gives the same outputs when it is run twice in one kernel, and no cell leaves
-a hook behind.
+"""A learner's two Run Alls of every lesson in one kernel: first the workbook as it comes (every
+exercise blank), then the lesson solved (the notebook as stored). No cell leaves a hook behind.
 
-The kernel computes as an AVX2 laptop would (``cpu_profiles.RERUN_PROFILE``), and the first run
-is also compared with the outputs stored in the notebook: that is the AVX2 profile's strict
-check, so nbval needs no third run of every notebook (it runs them natively and under
-``default``).
+The first Run All reaches the end: only the cells that show an error on purpose raise, each
+check says "not written yet", and every cell that is not an exercise prints its stored output,
+since no cell depends on a learner's answer. The second Run All runs every cell again in the
+same kernel, and each must print its stored output: this is the "run it again while
+debugging" promise (no hook accumulates, no state leaks from one run into the next), and the
+solutions pass their checks.
 
-This is the "re-run a cell while debugging" promise: no hook accumulates, no state leaks
-from the first run into the second. Outputs are compared the way nbval compares them (text
-only, after the sanitize file); cells tagged nbval-ignore-output are skipped.
+The kernel computes as an AVX2 laptop would (``cpu_profiles.RERUN_PROFILE``): with nbval (this
+CPU) and the browser's Run All (``default``), every stored output is checked as three CPUs
+compute it. Outputs are compared the way nbval compares them (text only, after the sanitize
+file); cells tagged nbval-ignore-output are skipped.
 
 After every cell of both runs a probe lists the hooks left on every model, layer, tensor and
 optimizer the notebook's namespace holds, and the global hooks: there must be none (hooks that
-PyTorch installed for a model, such as pruning's, are the model's own and do not count). This is
-the course-wide form of the "no hook left" asserts a lesson would otherwise repeat after each
-``with`` block; a cell whose point is a hook left attached is tagged ``hooks-left``.
+PyTorch or a library such as transformers installed for a model are the model's own and do not
+count). This is the course-wide form of the "no hook left" asserts a lesson would otherwise
+repeat after each ``with`` block; a cell whose point is a hook left attached is tagged
+``hooks-left``.
 """
+
 
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import pytest
 from _notebook_outputs import comparable, sanitizers
 from nbclient import NotebookClient
 
+from hooktutor.course import student
 from hooktutor.course.cpu_profiles import RERUN_PROFILE, profile_environment
 
 pytestmark = pytest.mark.course_env
@@ -94,27 +100,46 @@ def run_cells(client: NotebookClient, cells: list, leftovers: list | None = None
     return done
 
 
+@pytest.fixture(scope="module")
+def workbook(tmp_path_factory) -> Path:
+    """The learner's edition of every lesson (exercises blank), as `course.py lab` writes it."""
+    out = tmp_path_factory.mktemp("workbook")
+    for path in NOTEBOOKS:
+        edition, _ = student.convert(nbformat.read(path, as_version=4), path.stem, keep_solutions=False)
+        nbformat.write(edition, out / path.name)
+    return out
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_twice_in_one_kernel_gives_the_same_outputs(path):
-    nb = nbformat.read(path, as_version=4)
-    stored_cells = copy.deepcopy(nb.cells)   # nbclient writes each executed cell back into nb
-    client = NotebookClient(nb, timeout=120, kernel_name="python3", shutdown_kernel="immediate",
-                            resources={"metadata": {"path": str(path.parent)}})
+def test_run_all_blank_then_solved_in_one_kernel_prints_the_stored_outputs(path, workbook):
+    stored = nbformat.read(path, as_version=4).cells
+    blank = nbformat.read(workbook / path.name, as_version=4)
+    client = NotebookClient(blank, timeout=120, kernel_name="python3", allow_errors=True,
+                            shutdown_kernel="immediate", resources={"metadata": {"path": str(workbook)}})
     subs = sanitizers()
     leftovers: list = []
     with profile_environment(RERUN_PROFILE), client.setup_kernel():
-        first = run_cells(client, nb.cells, leftovers)
-        second = run_cells(client, nb.cells, leftovers)
+        first = run_cells(client, blank.cells, leftovers)
+        second = run_cells(client, stored, leftovers)
     assert not leftovers, (f"{path.name}: cells that leave hooks attached (index, source, hooks): "
                            f"{leftovers[:5]}; remove them in the cell (with / finally), or tag the cell "
                            f"'{HOOKS_LEFT_TAG}' if a hook left attached is its point")
-    for index, (stored, a, b) in enumerate(zip(stored_cells, first, second)):
-        if a.cell_type != "code" or "nbval-ignore-output" in a.metadata.get("tags", []):
+    stopped = [(i, o.ename, o.evalue) for i, c in enumerate(first) if c.cell_type == "code"
+               and "raises-exception" not in c.metadata.get("tags", [])
+               for o in c.outputs if o.output_type == "error"]
+    assert not stopped, f"{path.name}: cells that stop Run All while the exercises are blank: {stopped}"
+    where = f"on a CPU computing as {RERUN_PROFILE} does (see hooktutor/course/cpu_profiles.py)"
+    for index, (source, a, b) in enumerate(zip(stored, first, second, strict=True)):
+        if source.cell_type != "code" or "nbval-ignore-output" in source.metadata.get("tags", []):
             continue
-        assert comparable(a.outputs, subs) == comparable(stored.outputs, subs), (
-            f"{path.name}, code cell at index {index} printed other than its stored output on a "
-            f"CPU computing as {RERUN_PROFILE} does (see hooktutor/course/cpu_profiles.py):\n"
-            f"{a.source[:300]}")
-        assert comparable(b.outputs, subs) == comparable(a.outputs, subs), (
-            f"{path.name}, code cell at index {index} gave a different output the second time:\n"
-            f"{a.source[:300]}")
+        if a.metadata.get("nbgrader", {}).get("grade"):
+            shown = "".join(o.get("data", {}).get("text/plain", "") for o in a.outputs)
+            assert "is not written yet" in shown, f"{path.name}, code cell {index}:\n{a.source[:300]}"
+        elif not a.metadata.get("nbgrader"):
+            assert comparable(a.outputs, subs) == comparable(source.outputs, subs), (
+                f"{path.name}, code cell at index {index}, exercises blank, printed other than its "
+                f"stored output {where} (a cell that depends on an answer, or a number that differs "
+                f"on that CPU):\n{a.source[:300]}")
+        assert comparable(b.outputs, subs) == comparable(source.outputs, subs), (
+            f"{path.name}, code cell at index {index}, run again with the solutions, printed other "
+            f"than its stored output {where}:\n{b.source[:300]}")

@@ -12,10 +12,11 @@ each from its own environment variable:
 
 Capping all three makes this machine compute like an older one. ``python3 course.py test`` holds
 every notebook's stored outputs to what three CPUs print: this machine's own under strict nbval,
-``default`` in ``tests/test_rerun.py`` (its first Run All is compared with the stored outputs the
-way nbval compares them, its second with the first) and ``avx2`` in ``tests/test_student.py`` (a
-Run All with every exercise blank, whose other cells must print their stored outputs). nbval can
-add profiles of its own (``--cpu-profiles=default,avx2``; the root ``conftest.py``). A number that
+``avx2`` in ``tests/test_rerun.py`` (a Run All with every exercise blank, whose cells that are not
+exercises must print their stored outputs, then a Run All of the solved lesson in the same kernel,
+every cell compared) and ``default`` in the browser's Run All of each lesson with the solutions
+pasted in (``tests/browser/test_learner_hour.py``; its JupyterLab's kernels run under it). nbval
+can add profiles of its own (``--cpu-profiles=default,avx2``; the root ``conftest.py``). A number that
 only holds on the CPU that stored it fails here instead of on a learner's laptop. ``ATEN_CPU_CAPABILITY`` alone is
 not enough: on an AVX-512 machine it left the convolutions on AVX-512 and passed a notebook
 that fails on a real AVX2 CPU.
@@ -37,12 +38,13 @@ CPU_PROFILES: dict[str, dict[str, str]] = {
     "default": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
                 "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
 }
-# Every notebook is run five times by the test command; three of those runs hold the outputs to
-# the stored ones, each as another CPU computes: nbval (this machine's own CPU), the run-twice
-# test (its first run) and the run with every exercise blank (its cells that are not exercises).
+# The test command runs every notebook four times, and each run holds the outputs to the stored
+# ones as another CPU computes them: nbval (this machine's own CPU), the two Run Alls of
+# tests/test_rerun.py in one kernel (exercises blank, then solved) and the learner's hour in the
+# browser (tests/browser/test_learner_hour.py, solutions pasted in).
 DEFAULT_PROFILES: tuple[str, ...] = ()   # extra strict-nbval runs (--cpu-profiles adds them)
-RERUN_PROFILE = "default"                # tests/test_rerun.py's kernel
-STUDENT_PROFILE = "avx2"                 # tests/test_student.py's kernel, exercises blank
+RERUN_PROFILE = "avx2"                   # tests/test_rerun.py's kernel
+BROWSER_PROFILE = "default"              # the kernels of the browser tests' JupyterLab
 
 
 def parse(spec: str) -> list[str]:

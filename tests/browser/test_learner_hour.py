@@ -7,6 +7,11 @@ purpose (tagged ``raises-exception``); no widget output is blank (a lesson's cle
 closes its widget, and the widget must keep its last picture); every check cell says
 "correct". A screenshot of each lesson at 1366x768 is kept in test-artifacts/
 (learner-hour-NN_name.png), also when the test passes.
+
+The server's kernels compute as a CPU with no vector extensions would
+(``cpu_profiles.BROWSER_PROFILE``): the lesson, saved after its Run All, must hold the stored
+outputs in every cell that is not an exercise (compared as nbval compares them). With nbval
+(this CPU) and tests/test_rerun.py (``avx2``), every stored output is checked on three CPUs.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from .conftest import ARTIFACTS, ROOT, fresh_page, open_notebook
+from .conftest import ARTIFACTS, CURRENT, ROOT, fresh_page, open_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -147,3 +152,30 @@ def test_a_lesson_run_all_with_the_solutions_pasted_in(laptop, lab, source):
         f"{name}: a HookPanel needs {seen['panels']} px of height; {LAPTOP['height'] - lab_chrome} px are in view")
     correct = sum(len(re.findall(r"✔ .*: (correct|your prediction is what torch did)", c["text"])) for c in cells)
     assert correct >= checks, f"{name}: {correct} of {checks} checks say correct with the solutions pasted in"
+    assert_the_stored_outputs(laptop, lab.root / name, source)
+
+
+def assert_the_stored_outputs(page, saved: Path, source: Path) -> None:
+    """Save the notebook (Ctrl+S) and compare every cell that is not an exercise with the stored
+    outputs of ``source``, as nbval compares them."""
+    import time
+
+    from _notebook_outputs import comparable, sanitizers
+
+    from hooktutor.course.cpu_profiles import BROWSER_PROFILE
+
+    before = saved.stat().st_mtime_ns
+    page.locator(CURRENT + " .jp-Notebook").press("Control+s")
+    deadline = time.monotonic() + 30
+    while saved.stat().st_mtime_ns == before or page.locator(".jp-mod-dirty").count():
+        assert time.monotonic() < deadline, f"{saved.name} was not saved within 30 s"
+        page.wait_for_timeout(100)
+    ran = nbformat.read(saved, as_version=4).cells
+    stored, subs = nbformat.read(source, as_version=4).cells, sanitizers()
+    for index, (cell, want) in enumerate(zip(ran, stored, strict=True)):
+        if (cell.cell_type != "code" or cell.metadata.get("nbgrader")
+                or "nbval-ignore-output" in want.metadata.get("tags", [])):
+            continue
+        assert comparable(cell.outputs, subs) == comparable(want.outputs, subs), (
+            f"{saved.name}, code cell at index {index} printed other than its stored output in "
+            f"JupyterLab, on a CPU computing as {BROWSER_PROFILE} does:\n{cell.source[:300]}")
