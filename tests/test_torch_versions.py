@@ -81,3 +81,18 @@ def test_compat_environments_get_numpy_1_only_below_torch_2_3():
     assert course.compat_install("2.1.2")[:2] == ["torch==2.1.2", "numpy<2"]
     assert "numpy<2" not in course.compat_install("2.15.0")
     assert course.venv_dir("2.1.2").name == ".venv-torch-2.1.2"
+
+
+def test_a_lesson_that_names_a_newer_torch_floor_is_not_run_below_it(tmp_path):
+    import nbformat
+
+    from hooktutor.course.other_torches import not_admitted
+
+    nb = nbformat.v4.new_notebook()
+    path = tmp_path / "12_x.ipynb"
+    nbformat.write(nb, path)
+    assert not_admitted(path, "2.1.2") is None           # no floor of its own: the course's
+    nb.metadata["hooktutor"] = {"needs_torch": "2.6", "why": "transformers 5 runs on torch 2.6 or newer"}
+    nbformat.write(nb, path)
+    assert not_admitted(path, "2.1.2+cu121") == "needs torch 2.6 or newer: transformers 5 runs on torch 2.6 or newer"
+    assert not_admitted(path, "2.6.0") is None and not_admitted(path, "2.13.0+cpu") is None

@@ -131,6 +131,21 @@ def execute(path: Path) -> dict:
     return {"ok": not failures, "seconds": round(seconds, 1), "failures": failures, "drift": drift}
 
 
+def not_admitted(path: Path, torch_version: str) -> str | None:
+    """Why the lesson at ``path`` does not run on this torch, or None. A lesson names its own
+    floor where a library it teaches needs a newer torch than the course does, in its metadata:
+    ``{"hooktutor": {"needs_torch": "2.6", "why": "transformers 5 runs on torch 2.6 or newer"}}``."""
+    import nbformat
+
+    from .claims import version_tuple
+
+    meta = nbformat.read(path, as_version=4).metadata.get("hooktutor", {})
+    least = meta.get("needs_torch")
+    if least and version_tuple(torch_version) < version_tuple(least):
+        return f"needs torch {least} or newer: {meta.get('why', 'see the lesson')}"
+    return None
+
+
 def run(result_file: Path, paths: list[Path]) -> int:
     import numpy
     import torch
@@ -142,6 +157,12 @@ def run(result_file: Path, paths: list[Path]) -> int:
         "notebooks": {}, "claims": [], "tests": None,
     }
     for path in paths:
+        why = not_admitted(path, torch.__version__)
+        if why:
+            print(f"[compat] torch {torch.__version__}: {path.name} not run ({why})", flush=True)
+            result["notebooks"][path.stem] = {"ok": True, "seconds": 0.0, "failures": [], "drift": [],
+                                              "not_admitted": why}
+            continue
         print(f"[compat] torch {torch.__version__}: executing {path.name}", flush=True)
         outcome = execute(path)
         result["notebooks"][path.stem] = outcome
@@ -202,6 +223,8 @@ def report(out: Path, result_files: list[Path], pinned: str = "") -> int:
             n = r["notebooks"].get(stem)
             if n is None:
                 row.append("not run")
+            elif n.get("not_admitted"):
+                row.append(f"not admitted ({n['not_admitted']})")
             elif n["ok"]:
                 row.append(f"pass ({n['seconds']:.1f} s)")
             else:
