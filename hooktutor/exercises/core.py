@@ -126,7 +126,8 @@ class Tester:
         """Remember ``model``'s hooks now; any hook added later and left on counts as a leak.
 
         Hooks PyTorch installs and the model needs (an answer that prunes the model, makes it
-        lazy, ...: ``row.is_pytorch`` in ``list_hooks``) are not leaks and are left in place.
+        lazy, ...: ``row.is_pytorch`` in ``list_hooks``), and those a library installs
+        (``row.is_library``: transformers' output capturing), are not leaks and are left in place.
         Every module of the model also gets two hooks of the caller's (they do nothing), which the
         answer must leave alone (a case checks the model's state itself with ``kit.LeftAsFound``:
         a case may still set the model up after tracking it).
@@ -144,8 +145,11 @@ class Tester:
         the caller's stand-in hooks off again."""
         found = []
         for name, model, before, handles in self._tracked:
-            extra = [r for r in list_hooks(model, include_global=False)   # (a model tracked twice has two sets)
-                     if r.handle_id not in before and not r.is_pytorch and r.handle_id not in CALLERS_HOOK_IDS]
+            # (a model tracked twice has two sets); hooks a library installed (transformers' output
+            # capturing) stay, as remove_hooks leaves them: a case that forbids them says so itself
+            extra = [r for r in list_hooks(model, include_global=False)
+                     if r.handle_id not in before and not r.is_pytorch and not r.is_library
+                     and r.handle_id not in CALLERS_HOOK_IDS]
             for r in extra:
                 found.append(f"a {r.kind} hook ({r.function}) on {r.path} of {name}")
                 remove_row(model, r)
