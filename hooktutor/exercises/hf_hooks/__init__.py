@@ -3,6 +3,6 @@
 from .block_outputs import exercise as block_outputs
 from .hidden_states import exercise as hidden_states
 from .new_token_states import exercise as new_token_states
-from .steer_block import exercise as steer
+from .steer import exercise as steer
 
 __all__ = ["block_outputs", "steer", "hidden_states", "new_token_states"]

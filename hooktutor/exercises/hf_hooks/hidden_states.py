@@ -28,7 +28,7 @@ def hidden_states_by_hooks(model, input_ids):
     """model(input_ids, output_hidden_states=True).hidden_states, recorded with your own hooks."""
     ### BEGIN SOLUTION
     inner = model.model
-    # the embeddings, every decoder layer but the last, and the final norm (it replaces the last layer's)
+    # the embeddings, every decoder layer but the last, and the final norm (in the last one's place)
     modules = [inner.embed_tokens, *inner.layers[:-1], inner.norm]
     kept = {}
 
