@@ -221,3 +221,10 @@ def _states_no_finally(model, input_ids):
     for h in handles:
         h.remove()
     return tuple(kept[i] for i in range(len(modules)))
+
+
+@exercise.wrong("assumes two layers or more (keeps layers[0] whatever the depth)", mentions="one per decoder layer",
+                hidden=True)
+def _states_first_layer_always(model, input_ids):
+    inner = model.model
+    return _recorded(model, input_ids, [inner.embed_tokens, inner.layers[0], *inner.layers[1:-1], inner.norm])
