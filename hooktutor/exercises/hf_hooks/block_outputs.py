@@ -94,7 +94,8 @@ exercise = Prediction(
 exercise.wrong("every layer returns a tuple (transformers 4 habits)",
                dict(zip(MODULES, ("tuple", "tuple", "tuple", "tuple", "tuple"))), "bare tensor")
 exercise.wrong("attention returns only its output",
-               dict(zip(MODULES, ("tensor", "tensor", "tensor", "ModelOutput", "tuple"))), "(attn_output, attn_weights)")
+               dict(zip(MODULES, ("tensor", "tensor", "tensor", "ModelOutput", "tuple"))),
+               "(attn_output, attn_weights)")
 exercise.wrong("the models return tuples",
                dict(zip(MODULES, ("tensor", "tuple", "tensor", "tuple", "tuple"))), "BaseModelOutputWithPast")
 exercise.wrong("T5 blocks return a tensor like Llama's",
