@@ -84,14 +84,14 @@ exercise = Prediction(
     },
     summary=("a hook gets what forward returned: a Llama decoder layer a bare tensor (transformers 5), attention "
              "a (output, weights) tuple, a T5 block a tuple with position biases, the models ModelOutputs."),
-    guide=""""every layer returns a tuple" (what snippets written for transformers 4 assume: on 5.x a
+    guide=""""every layer returns a tuple" (what older snippets assume: on the pinned 5.24.0 a
     Llama decoder layer returns a tensor); "attention returns only its output" (it is a tuple,
     with None for the weights under sdpa); "the model returns a tuple" (a ModelOutput, which
     also indexes like a tuple). The T5 block is the one that does return a tuple: ask why it
     does (the position biases).""",
 )
 
-exercise.wrong("every layer returns a tuple (transformers 4 habits)",
+exercise.wrong("every layer returns a tuple (older snippets' habit)",
                dict(zip(MODULES, ("tuple", "tuple", "tuple", "tuple", "tuple"))), "bare tensor")
 exercise.wrong("attention returns only its output",
                dict(zip(MODULES, ("tensor", "tensor", "tensor", "ModelOutput", "tuple"))),
