@@ -25,6 +25,7 @@ the layer outputs themselves (each new token's call is recorded as a call of its
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -82,9 +83,7 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         prefix = wrapper_prefix(model)
         self.recording = Recording(self._layers, inputs=bool(inputs), grads=bool(grads), prefix=prefix)
         self._handles: list[Any] = []
-        # a layer inside a torch.compile wrapper has "_orig_mod" in its path: a cheap test first
-        self._compiled = (_compiled_wrappers(model) if any("_orig_mod" in name for name, _ in self._layers)
-                          else [])
+        self._compiled = _compiled_wrappers(model)
 
     def __enter__(self) -> Recording:
         rec = self.recording
@@ -153,35 +152,25 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
 
 class _CompiledWrapper:
     """A ``torch.compile`` wrapper (``OptimizedModule``) in the captured model: its name, the ids of
-    the modules it wraps, and how often it was called while the capture was active."""
+    the modules it wraps (looked up only for a wrapper that was called), and how often it was
+    called while the capture was active."""
 
     def __init__(self, name: str, module: nn.Module):
         self.name, self.module, self.calls = name, module, 0
-        self.inner = {id(m) for m in module.modules()}
+
+    @functools.cached_property
+    def inner(self) -> set[int]:
+        return {id(m) for m in self.module.modules()}
 
     def called(self, module: nn.Module, args: Any) -> None:
         self.calls += 1
 
 
 def _compiled_wrappers(model: nn.Module) -> list[_CompiledWrapper]:
-    """Every ``OptimizedModule`` that ``model`` is, wraps, or contains, outermost first."""
-    found: list[_CompiledWrapper] = []
-    outer, prefix = model, ""
-    while True:   # the wrapper chain (DDP around compile, compile around DDP, ...)
-        inner = getattr(outer, "module", None) if type(outer).__name__ in {
-            "DistributedDataParallel", "DataParallel"} else getattr(outer, "_orig_mod", None)
-        if type(outer).__name__ == "OptimizedModule" and isinstance(inner, nn.Module):
-            found.append(_CompiledWrapper(prefix.rstrip("."), outer))
-        if not isinstance(inner, nn.Module):
-            break
-        prefix, outer = prefix + ("module." if hasattr(outer, "module") and outer.module is inner
-                                  else "_orig_mod."), inner
-    seen = {id(w.module) for w in found}
-    for name, module in model.named_modules():
-        if type(module).__name__ == "OptimizedModule" and id(module) not in seen:
-            seen.add(id(module))
-            found.append(_CompiledWrapper(name, module))
-    return found
+    """Every ``OptimizedModule`` that ``model`` is, wraps, or contains, outermost first (a wrapper
+    registers what it wraps as a submodule: ``_orig_mod``, DDP's ``module``)."""
+    return [_CompiledWrapper(name, module) for name, module in model.named_modules()
+            if type(module).__name__ == "OptimizedModule"]
 
 
 # -- what a capture recorded --------------------------------------------------------------------

@@ -83,10 +83,15 @@ def start_method() -> str:
     ``forkserver`` where a forked process could not run a backward pass (see
     :func:`_autograd_refuses_forks`): the processes are then forked from a server process that
     started fresh, imported torch and this module once, and never ran autograd."""
-    if START_METHOD == "fork" and _autograd_refuses_forks():
-        multiprocessing.set_forkserver_preload([__name__])
-        return "forkserver"
-    return START_METHOD
+    global _FORKS_REFUSED
+    if START_METHOD == "fork" and not _FORKS_REFUSED:
+        _FORKS_REFUSED = _autograd_refuses_forks()   # once refused, always: autograd's threads stay
+        if _FORKS_REFUSED:
+            multiprocessing.set_forkserver_preload([__name__])
+    return "forkserver" if START_METHOD == "fork" and _FORKS_REFUSED else START_METHOD
+
+
+_FORKS_REFUSED = False
 
 
 def free_port() -> int:

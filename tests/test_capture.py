@@ -351,6 +351,12 @@ said = [str(w.message) for w in caught if issubclass(w.category, CompiledModelWa
 assert bool(said) == (len(rec.names) < 5), (said, rec.names)
 if said:
     assert f"recorded {len(rec.names)} of the 5 layers of this compiled model" in said[0]
+    # layer names given without the wrapper's prefix: the same warning
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with ht.capture(compiled, ["fc1", "fc2"]) as rec:
+            compiled(x)
+    assert any(issubclass(w.category, CompiledModelWarning) for w in caught) == (len(rec.names) < 2)
 """
 
 

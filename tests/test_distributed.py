@@ -150,6 +150,7 @@ print(distributed._autograd_refuses_forks(), distributed.start_method())
 """)
     assert out.split()[-2:] == ["False", "fork"]
     # after a backward through a compiled model torch 2.15 refuses backward in forked children
+    monkeypatch.setattr(distributed, "_FORKS_REFUSED", False)   # put back after the test
     monkeypatch.setattr(distributed, "_autograd_refuses_forks", lambda: True)
     assert distributed.start_method() == "forkserver"
 

@@ -60,8 +60,7 @@ def _hooktutor_probe():
             if isinstance(item, (torch.nn.Module, torch.optim.Optimizer)):
                 left += [f"{name}: a {r.kind} hook on {r.path} ({r.function})"
                          for r in list_hooks(item, include_global=False)
-                         if not r.is_pytorch and not r.is_library   # PyTorch's and a library's stay
-                         and r.handle_id not in live_ids]   # a live widget's are shown
+                         if r.owner == "user" and r.handle_id not in live_ids]   # a live widget's are shown
             elif isinstance(item, torch.Tensor) and hooks_on_tensor(item):
                 left.append(f"{name}: {hooks_on_tensor(item)} tensor hook(s)")
     if global_hook_ids():

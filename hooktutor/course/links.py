@@ -29,12 +29,13 @@ import re
 import sys
 from pathlib import Path
 
+from .lab import FIRST_LESSON
+
 ROOT = Path(__file__).resolve().parents[2]
 BRANCH = "main"  # what Binder builds and the set-up cell installs
 LEARNER_BRANCH = "learner"  # the learner's edition, written by the workflow from BRANCH: what Colab opens
 BINDER_WORKBOOK = "workbook"  # the folder binder/postBuild writes the workbook into
 BINDER_LAB_CONFIG = ".hooktutor-lab"  # the learner-mode Lab settings on Binder (binder/start)
-FIRST_LESSON = "00_start_here.ipynb"
 SETUP_TAG = "colab-setup"
 # Repositories the lessons and guides may link to besides the home (the source of what they cite).
 OTHER_REPOSITORIES = {"pytorch/pytorch"}

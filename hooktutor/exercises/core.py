@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..inventory import global_hook_ids, list_hooks, remove_global_hooks, remove_row
+from ..inventory import USER, global_hook_ids, list_hooks, remove_global_hooks, remove_row
 
 TIME_LIMIT_S = 2.0
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -102,10 +102,11 @@ CALLERS_HOOK_IDS: set[int] = set()
 
 
 def learners_hooks(model: nn.Module, *, include_global: bool = False) -> list[Any]:
-    """The rows of ``list_hooks(model)`` that an answer may have added: not PyTorch's own, not
-    the caller's stand-ins that a Tester puts on a tracked model."""
+    """The rows of ``list_hooks(model)`` that an answer may have added: not PyTorch's own or a
+    library's (transformers, accelerate, ...), not the caller's stand-ins that a Tester puts on a
+    tracked model."""
     return [r for r in list_hooks(model, include_global=include_global)
-            if not r.is_pytorch and r.handle_id not in CALLERS_HOOK_IDS]
+            if r.owner == USER and r.handle_id not in CALLERS_HOOK_IDS]
 
 
 def _callers_pre_hook(module: nn.Module, args: tuple) -> None:
@@ -126,8 +127,7 @@ class Tester:
         """Remember ``model``'s hooks now; any hook added later and left on counts as a leak.
 
         Hooks PyTorch installs and the model needs (an answer that prunes the model, makes it
-        lazy, ...: ``row.is_pytorch`` in ``list_hooks``), and those a library installs
-        (``row.is_library``: transformers' output capturing), are not leaks and are left in place.
+        lazy, ...: ``row.is_pytorch`` in ``list_hooks``) are not leaks and are left in place.
         Every module of the model also gets two hooks of the caller's (they do nothing), which the
         answer must leave alone (a case checks the model's state itself with ``kit.LeftAsFound``:
         a case may still set the model up after tracking it).
@@ -141,15 +141,12 @@ class Tester:
 
     def leaks(self) -> list[str]:
         """Describe and remove the hooks the learner added to tracked models since they were
-        tracked (not those PyTorch installed: they stay, as ``remove_hooks`` leaves them); take
-        the caller's stand-in hooks off again."""
+        tracked (not those PyTorch or a library installed: they stay, as ``remove_hooks`` leaves
+        them); take the caller's stand-in hooks off again."""
         found = []
         for name, model, before, handles in self._tracked:
-            # (a model tracked twice has two sets); hooks a library installed (transformers' output
-            # capturing) stay, as remove_hooks leaves them: a case that forbids them says so itself
-            extra = [r for r in list_hooks(model, include_global=False)
-                     if r.handle_id not in before and not r.is_pytorch and not r.is_library
-                     and r.handle_id not in CALLERS_HOOK_IDS]
+            extra = [r for r in learners_hooks(model)   # (a model tracked twice has two sets)
+                     if r.handle_id not in before]
             for r in extra:
                 found.append(f"a {r.kind} hook ({r.function}) on {r.path} of {name}")
                 remove_row(model, r)
