@@ -7,8 +7,14 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   prompt and each later call one token, so the shapes do not even line up); position 0 of each
   call (right for the one-token calls, wrong for the prompt pass); only the prompt pass, or only
   the last call (a value overwritten per call); a tuple output (a T5 decoder block) not unpacked;
-- twice/repeat: one prompt pass and ``new_tokens - 1`` one-token calls (the last token chosen is
-  never fed back): an answer that expects ``new_tokens`` one-token calls is caught;
+- technique: ``use_cache=False`` added to generate (each call runs the whole sequence again; its
+  last position still predicts, so only the lengths of the calls show it); no hook during
+  ``generate()``, and one forward without a cache afterwards, sliced (only whether the hook was on
+  the block while generate ran shows it): a witness records the length of each call of the block
+  that had a hook of the learner's on it;
+- twice/repeat: one prompt pass (it predicts the first new token) and ``new_tokens - 1`` one-token
+  calls (the last token chosen is never fed back): an answer that expects ``new_tokens`` one-token
+  calls is caught;
 - raises: the hook removed without ``finally:``;
 - nd: batches of one and two sequences, one and four new tokens.
 """
@@ -53,8 +59,9 @@ exercise = Exercise(
           "state at the position that predicted it; return (the generated ids, a tensor of shape "
           "(batch, new_tokens, hidden)); remove the hook, also when generate raises"),
     hints=[
-        "Section 5: with the cache, the block is called once with the whole prompt, then once per new token "
-        "with a sequence of length 1. How many calls for `new_tokens` tokens?",
+        "Section 5: with the cache, the block is called once with the whole prompt (that call predicts the first "
+        "new token), then once for each further token with a sequence of length 1: `new_tokens` calls in all, "
+        "as the last token chosen is never fed back.",
         "The token a call predicts comes from the last position of that call: hidden[:, -1] works for the "
         "prompt pass and for the one-token calls alike.",
         "Append hidden[:, -1] per call (hidden = output[0] for a tuple), then torch.stack(states, dim=1).",
@@ -68,8 +75,29 @@ exercise = Exercise(
     shapes do not stack); position 0 of each call (right for the one-token calls only); a
     value overwritten per call (only the last call kept); `new_tokens + 1` calls expected
     (the last token chosen is never fed back); a T5 decoder block's tuple not unpacked; the
-    hook removed without `finally:`.""",
+    hook removed without `finally:`; `use_cache=False` (the states agree: the check looks at
+    the lengths of the calls); no hook during `generate()` and one forward afterwards (the
+    check looks at which calls had a hook on the block).""",
 )
+
+
+class _HookedCalls(kit.HookWitness):
+    """The kit's witness on one block, which also keeps the sequence length of each call that had a
+    forward hook of the learner's on it: under generate() with a cache, the prompt's length, then 1."""
+
+    def __init__(self, block) -> None:
+        super().__init__({"block": block})
+        self.lengths: list[int] = []
+
+    def _probe(self, name: str):
+        count = super()._probe(name)
+
+        def witness(module, args):
+            before = self.fired(name)
+            count(module, args)
+            if self.fired(name) > before:
+                self.lengths.append(args[0].shape[1])
+        return witness
 
 
 def _plain_states(model, sequences, block, start: int, decoder: bool) -> torch.Tensor:
@@ -88,7 +116,8 @@ def _tokens_case(answer: Callable, t: Tester, model, ids: torch.Tensor, name: st
                  decoder: bool = False) -> None:
     block = model.get_submodule(name)
     t.track(model)
-    got = answer(model, ids, block, new)
+    with _HookedCalls(block) as witness:
+        got = answer(model, ids, block, new)
     what = f"new_token_states(model, ids, {name}, {new})"
     t.expect_type(got, tuple, what=what, nudge="return (the generated ids, the states)")
     t.expect(len(got) == 2, what=f"the length of what {what} returned", expected=2, got=len(got),
@@ -104,6 +133,15 @@ def _tokens_case(answer: Callable, t: Tester, model, ids: torch.Tensor, name: st
     t.expect(torch.equal(sequences, greedy), what="the generated ids", expected=greedy, got=sequences, nudge=(
         "generate greedily, as the task says: model.generate(input_ids, max_new_tokens=new_tokens, "
         "min_new_tokens=new_tokens, do_sample=False)"))
+    t.expect(len(witness.lengths) == new, what=f"the calls of {name} with your hook on it", expected=new,
+             got=len(witness.lengths), nudge=(
+                 "keep your hook on the block while generate() runs, and record during it: generate calls the "
+                 "block once per new token"))
+    calls = [1 if decoder else ids.shape[1]] + [1] * (new - 1)
+    t.expect(witness.lengths == calls, what=f"the sequence lengths of those calls of {name}", expected=calls,
+             got=witness.lengths, nudge=(
+                 "generate with the KV cache, as the task says (no use_cache=False): the block then reads the "
+                 "prompt once, then one new token per call"))
     start = 0 if decoder else ids.shape[1] - 1
     want = _plain_states(model, sequences, block, start, decoder)
     # with and without the cache: the same sums in other orders; 1e-5 is far below any other position's
@@ -147,6 +185,32 @@ def _(answer, t: Tester) -> None:
 def _generate_with(model, input_ids, block, new_tokens, hook):
     with block.register_forward_hook(hook):
         return model.generate(input_ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+
+
+@exercise.wrong("generate(..., use_cache=False): each call runs the whole sequence", mentions="KV cache")
+def _tokens_no_cache(model, input_ids, block, new_tokens):
+    states = []
+    handle = block.register_forward_hook(lambda m, a, o: states.append(first(o)[:, -1]))
+    try:
+        sequences = model.generate(input_ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                   do_sample=False, use_cache=False)
+    finally:
+        handle.remove()
+    return sequences, torch.stack(states, dim=1)
+
+
+@exercise.wrong("no hook during generate(); one forward without a cache afterwards, sliced",
+                mentions="while generate() runs")
+def _tokens_after_the_fact(model, input_ids, block, new_tokens):
+    sequences = model.generate(input_ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    kept = []
+    with block.register_forward_hook(lambda m, a, o: kept.append(first(o))):
+        if model.config.is_encoder_decoder:
+            model(input_ids=input_ids, decoder_input_ids=sequences[:, :-1], use_cache=False)
+        else:
+            model(sequences[:, :-1], use_cache=False)
+    start = 0 if model.config.is_encoder_decoder else input_ids.shape[1] - 1
+    return sequences, kept[-1][:, start:].detach()
 
 
 @exercise.wrong("position 0 of each call", mentions="last position")

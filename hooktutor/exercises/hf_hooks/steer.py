@@ -9,6 +9,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   returned where the block returns a tuple (T5 unpacks three values: raises); the vector added to
   the block's input with a pre-hook; only the last position steered;
 - nested: blocks two and three levels down (``model.layers.1``, ``decoder.block.1``);
+- technique: a list ``[output[0] + vector, *output[1:]]`` where a T5 block returned a tuple (T5's
+  stack unpacks a list as well: only the type of what the hook returned shows it);
 - alias: ``output += vector`` / ``output[0].add_(vector)`` in place: a hook registered before
   yours (transformers' own output capturing does this) keeps the block's output, and sees it change;
 - dtype: a float64 model and vector;
@@ -24,7 +26,7 @@ from collections.abc import Callable
 import torch
 
 from .. import kit
-from ..core import Exercise, Tester, learners_hooks
+from ..core import CALLERS_HOOK_IDS, Exercise, Tester, learners_hooks
 from ._shared import IDS, first, llama, t5
 
 
@@ -71,10 +73,46 @@ exercise = Exercise(
     decoder layer returns a tensor: the concatenation raises, and an in-place
     `output[0] += vector` steers only the first sequence, silently); `output + vector` on a T5
     block's tuple; returning only the hidden states from a T5 block (it unpacks three values);
+    a list where a T5 block returned a tuple (T5 unpacks it too: the check compares types);
     adding the vector in place (a hook registered before, such as transformers' own output
     capturing, keeps the block's output and sees it change); a pre-hook that steers the
     input; the hook removed without `finally:`.""",
 )
+
+
+class _ReturnedTypes:
+    """Per call of ``block`` in the block: ``(type of what forward returned, type of what the model
+    got after every hook)``. A forward hook put first sees forward's result; a pre-hook puts, at
+    each call, a forward hook last (after the answer's), which sees what the model gets. The
+    handles count as the caller's (``CALLERS_HOOK_IDS``), never as the learner's."""
+
+    def __init__(self, block) -> None:
+        self.block, self.types, self._handles = block, [], []
+
+    def _keep(self, handle):
+        CALLERS_HOOK_IDS.add(handle.id)
+        self._handles.append(handle)
+        return handle
+
+    def __enter__(self) -> _ReturnedTypes:
+        def returned(module, args, output):
+            self.types.append([type(output), None])
+
+        def put_last(module, args):
+            def got(module, args, output):   # once: it goes when it has seen the call
+                self.types[-1][1] = type(output)
+                handle.remove()
+            handle = self._keep(module.register_forward_hook(got))
+
+        self._keep(self.block.register_forward_hook(returned, prepend=True))
+        self._keep(self.block.register_forward_pre_hook(put_last))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+            CALLERS_HOOK_IDS.discard(handle.id)
+        self._handles.clear()
 
 
 def _add(vector: torch.Tensor) -> Callable:
@@ -106,10 +144,15 @@ def _steer_case(answer: Callable, t: Tester, model, inputs: dict, name: str, vec
     if train:
         model.train()
     t.track(model)
-    with kit.LeftAsFound(t, model), kit.HookWitness({name: block}) as witness:
+    with kit.LeftAsFound(t, model), kit.HookWitness({name: block}) as witness, _ReturnedTypes(block) as kinds:
         got = answer(model, inputs, block, vector.clone())
         again = answer(model, inputs, block, vector.clone())
     t.expect_type(got, torch.Tensor, what=f"steer(model, inputs, {name}, vector)", nudge="return the logits")
+    changed = sorted({f"{before.__name__} -> {after.__name__}" for before, after in kinds.types if after is not before})
+    t.expect(not changed, what=f"the type of what {name} handed on, after your hook", expected="the same type",
+             got=", ".join(changed), nudge=(
+                 "return the same type the block returned: a tuple where it returned a tuple (not a list), a "
+                 "tensor where it returned a tensor"))
     # the same operations as the reference; 1e-5 is far below what a misplaced vector changes (1e-2 and more)
     t.expect_close(got, want, what=f"the logits, steered at {name}", wrong=mistakes,
                    nudge=f"add the vector to the hidden states {name} returns, at every position")
@@ -193,6 +236,15 @@ def _steer_plain(model, inputs, block, vector):
 @exercise.wrong("returns only the hidden states from a T5 block", mentions="(output[0] + vector, *output[1:])")
 def _steer_first_only(model, inputs, block, vector):
     with block.register_forward_hook(lambda m, a, o: first(o) + vector):
+        return model(**inputs).logits
+
+
+@exercise.wrong("returns a list [output[0] + vector, *output[1:]] where a T5 block returned a tuple",
+                mentions="not a list")
+def _steer_list(model, inputs, block, vector):
+    def add(m, a, o):
+        return [o[0] + vector, *o[1:]] if isinstance(o, tuple) else o + vector
+    with block.register_forward_hook(add):
         return model(**inputs).logits
 
 
