@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import torch
 
-from .. import kit
 from ...inventory import list_hooks
+from .. import kit
 from ..core import Exercise, Tester, learners_hooks
 from ._shared import IDS, llama
 
