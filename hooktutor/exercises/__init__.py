@@ -26,6 +26,7 @@ LESSON_MODULES: dict[str, str] = {
     "09_autograd_graph_hooks": "graph_hooks",
     "10_transformer_hooks": "transformer_hooks",
     "11_compile_and_export": "compile_hooks",
+    "12_huggingface_hooks": "hf_hooks",
 }
 
 __all__ = ["REGISTRY", "PREDICTIONS", "CheckReport", "Exercise", "Prediction", "Mismatch", "Tester",
