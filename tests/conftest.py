@@ -42,3 +42,24 @@ def run_in_a_process_of_its_own(code: str, timeout: float = 300) -> str:
 def in_a_process_of_its_own():
     """``run_in_a_process_of_its_own``, for a test that compiles."""
     return run_in_a_process_of_its_own
+
+
+def pytest_collection_modifyitems(config, items):
+    """A lesson that names a torch floor of its own (its notebook's metadata ``needs_torch``,
+    where a library it teaches needs a newer torch than the course) is not admitted below it:
+    there its exercises' tests are skipped, saying why, as compat reports the lesson."""
+    from pathlib import Path
+
+    from hooktutor.course.other_torches import not_admitted
+    from hooktutor.exercises import LESSON_MODULES
+
+    notebooks = Path(__file__).resolve().parent.parent / "notebooks"
+    skips = {}
+    for stem, package in LESSON_MODULES.items():
+        why = not_admitted(notebooks / f"{stem}.ipynb", torch.__version__)
+        if why:
+            skips[f"[{package}."] = pytest.mark.skip(reason=f"{stem} {why}")
+    for item in items:
+        for marker, skip in skips.items():
+            if marker in item.nodeid:
+                item.add_marker(skip)
