@@ -1,17 +1,20 @@
-"""What changes from one torch release to the next, for the lessons that depend on it.
+"""What changes from one torch (or transformers) release to the next, for the lessons that depend on it.
 
-The course runs on every torch that ``pyproject.toml`` admits (2.1.2 and newer). Where a
-lesson's claim or an error text it shows differs between releases, it is registered here,
-once: what the behaviour was before, what it is since, the first release that has the new
-one, and a probe that tells which of the two the installed torch shows. A lesson cell
-keys its expectation on the installed version and asserts the behaviour it sees::
+The course runs on every torch that ``pyproject.toml`` admits (2.1.2 and newer), and lesson 12 on
+every transformers it admits (5.0 and newer). Where a lesson's claim or an error text it shows
+differs between releases, it is registered here, once: the library it is about (``"torch"``, or
+``"transformers"`` for those of :mod:`hooktutor.course.claims_transformers`), what the behaviour
+was before, what it is since, the first release that has the new one, and a probe that tells
+which of the two the installed library shows. A lesson cell keys its expectation on the
+installed version of that library and asserts the behaviour it sees::
 
     from hooktutor.course import claims
     if versions.expected("legacy-hook-future-warning"):   # since torch 2.4
         ...
 
-``python3 course.py compat`` runs every probe on each tested torch and fails when a probe
-contradicts the registry; ``python -m hooktutor.course.claims`` prints them for this torch.
+``python3 course.py compat`` runs every probe on each tested torch and transformers and fails when
+a probe contradicts the registry; ``python -m hooktutor.course.claims`` prints them for this
+environment.
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ class Claim:
     where: str         # the cells, in words
     before: str        # what torch did before `since`
     after: str         # what it does from `since` on
-    since: str         # the first torch release that does `after`
+    since: str         # the first release of `library` that does `after`
     evidence: str      # how `since` was established
-    probe: Callable[[], bool]  # True when the installed torch does `after`
+    probe: Callable[[], bool]  # True when the installed library does `after`
+    library: str = "torch"     # whose release `since` is: "torch" or "transformers"
 
 
 def version_tuple(version: str) -> tuple[int, int, int]:
@@ -43,9 +47,30 @@ def version_tuple(version: str) -> tuple[int, int, int]:
     return tuple((parts + [0, 0, 0])[:3])  # type: ignore[return-value]
 
 
-def installed() -> str:
-    import torch
-    return torch.__version__
+def installed(library: str = "torch") -> str:
+    """The installed release of ``library`` ("torch", "transformers", ...)."""
+    if library == "torch":
+        import torch
+        return torch.__version__
+    from importlib.metadata import version
+    return version(library)
+
+
+def unusable(library: str) -> str | None:
+    """Why the claims about ``library`` cannot be probed here (not installed, or it disables itself
+    on this torch, as transformers 5 does below torch 2.6), or None."""
+    if library == "torch":
+        return None
+    try:
+        module = __import__(library)
+    except Exception as exc:  # not installed, or broken against this torch
+        return f"{library} cannot be imported ({type(exc).__name__}: {str(exc)[:120]})"
+    if library == "transformers":
+        from transformers.utils import is_torch_available
+
+        if not is_torch_available():
+            return f"transformers {module.__version__} cannot use torch {installed()}"
+    return None
 
 
 # --- probes: each builds the smallest case and reports whether the new behaviour shows --------------
@@ -303,6 +328,8 @@ def _compile_guards_every_hook_kind() -> bool:
     # (before torch 2.5 a late hook on a built-in layer runs anyway: not what this claim is about)
     return not late_hook_runs(None) and late_hook_runs("forward")
 
+
+from .claims_transformers import claims as _transformers_claims  # noqa: E402
 
 CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
@@ -571,6 +598,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "2.13.0 and 2.15.0 wheels",
         probe=_mha_fastpath_switch,
     ),
+    *_transformers_claims(Claim),
 ]}
 
 
@@ -582,8 +610,10 @@ def claim(claim_id: str) -> Claim:
 
 
 def expected(claim_id: str, version: str | None = None) -> bool:
-    """True when torch ``version`` (default: the installed one) should show the claim's new behaviour."""
-    return version_tuple(version or installed()) >= version_tuple(claim(claim_id).since)
+    """True when release ``version`` of the claim's library (default: the installed one; torch, or
+    transformers for a claim about it) should show the claim's new behaviour."""
+    c = claim(claim_id)
+    return version_tuple(version or installed(c.library)) >= version_tuple(c.since)
 
 
 def observed(claim_id: str) -> bool:
@@ -593,17 +623,23 @@ def observed(claim_id: str) -> bool:
 
 def check(claim_id: str) -> bool:
     """The probe's answer, after asserting that it agrees with the registry for this torch."""
-    seen, want = observed(claim_id), expected(claim_id)
+    seen, want, c = observed(claim_id), expected(claim_id), claim(claim_id)
     assert seen == want, (
-        f"torch {installed()}: {claim_id} shows the {'new' if seen else 'old'} behaviour, but the registry "
-        f"says it starts in {claim(claim_id).since}; fix hooktutor/course/claims.py")
+        f"{c.library} {installed(c.library)}: {claim_id} shows the {'new' if seen else 'old'} behaviour, but the "
+        f"registry says it starts in {c.library} {c.since}; fix hooktutor/course/claims.py")
     return seen
 
 
 def probe_all() -> list[dict]:
-    """Every claim's probe on the installed torch, as rows for ``course.py compat``."""
+    """Every claim's probe on the installed libraries, as rows for ``course.py compat``. A claim about a
+    library that cannot be used here is not probed: its row says why (``skipped``) and agrees."""
     rows = []
     for c in CLAIMS.values():
+        why = unusable(c.library)
+        if why:
+            rows.append({"id": c.id, "observed": None, "expected": None, "error": "", "skipped": why,
+                         "agrees": True})
+            continue
         try:
             seen: bool | None = observed(c.id)
             error = ""
@@ -614,12 +650,22 @@ def probe_all() -> list[dict]:
     return rows
 
 
+def _version_or_none(library: str) -> str | None:
+    try:
+        return installed(library)
+    except Exception:  # not installed
+        return None
+
+
 def main(argv: list[str]) -> int:
     rows = probe_all()
     if "--json" in argv:
-        print(json.dumps({"torch": installed(), "claims": rows}))
+        print(json.dumps({"torch": installed(), "transformers": _version_or_none("transformers"), "claims": rows}))
     else:
         for r in rows:
+            if r.get("skipped"):
+                print(f"skip {r['id']}: {r['skipped']}")
+                continue
             print(f"{'ok  ' if r['agrees'] else 'FAIL'} {r['id']}: new behaviour expected {r['expected']}, "
                   f"observed {r['observed']} {r['error']}")
     return 0 if all(r["agrees"] for r in rows) else 1
