@@ -197,7 +197,7 @@ def claims(Claim) -> list:
             lessons=lesson,
             where="section 3 (clearing the hook dicts after `output_hidden_states`)",
             before="(where output capturing leaves hooks, hf-output-capturing-hooks) with the hook dicts "
-                   "cleared, `output_hidden_states=True` returns the embeddings alone, one tensor",
+                   "cleared, `output_hidden_states=True` returns one tensor, the final norm's output (`last_hidden_state`)",
             after="it returns an empty tuple, `()`",
             since="5.23.0",
             evidence="bisected with the probe on torch 2.13.0: one tensor with 5.2.0, 5.12.0, 5.21.0 and 5.22.0, "
