@@ -8,7 +8,7 @@
     python3 course.py regen     # re-execute every notebook top to bottom, storing its outputs
     python3 course.py doctor    # check the environment and say what to fix
     python3 course.py student OUTDIR   # write the student edition (solutions removed)
-    python3 course.py compat    # every lesson and the library tests on other torch releases
+    python3 course.py compat    # every lesson and the library tests on other torch and transformers releases
     python3 course.py setup     # only create/update .venv (what lab and test do first)
 
 Extra arguments after the command go to jupyter lab / pytest / the tool. The environment
@@ -27,6 +27,15 @@ the probes of hooktutor/course/claims.py. The notebooks are also executed in .ve
 torch). It then writes docs/torch-versions.md and exits non-zero if anything failed or a
 probe contradicts the registry. `--no-tests` skips the library tests; other arguments go to
 pytest.
+
+For each release in COMPAT_TRANSFORMERS (the oldest transformers that pyproject.toml admits and the
+last 4.x, which the snippets learners meet elsewhere were written for; override with
+`--transformers 5.0.0,4.57.6`, and `--torch ""` leaves the torch environments out) it creates
+.venv-transformers-<version> with the pinned torch and accelerate and that transformers, executes
+the lessons that name a transformers floor (lesson 12), runs their library tests
+(tests/test_huggingface.py and their exercises) and every probe. A release below pyproject's floor is
+installed over the package's own requirement (pip warns about the conflict) and is there for the
+probes: lesson 12 reports it "not admitted" and its tests skip.
 """
 
 from __future__ import annotations
@@ -55,14 +64,55 @@ def say(msg: str) -> None:
 # admits and the newest that pip installs (update it when torch releases).
 COMPAT_TORCH = ["2.1.2", "2.15.0"]
 VERSIONS_DOC = ROOT / "docs" / "torch-versions.md"  # written by compat
+# The transformers releases `compat` tests besides the pinned one, with the pinned torch: the oldest
+# that pyproject.toml admits and the last 4.x (what older snippets were written for).
+COMPAT_TRANSFORMERS = ["5.0.0", "4.57.6"]
+
+
+def pinned(package: str) -> str:
+    """The release of ``package`` that requirements/constraints.txt pins for this Python."""
+    import platform
+
+    here = tuple(int(p) for p in platform.python_version_tuple()[:2])
+    for line in CONSTRAINTS.read_text().splitlines():
+        spec, _, marker = line.partition(";")
+        if not spec.strip().lower().startswith(f"{package}=="):
+            continue
+        if marker.strip():  # python_version < "3.11" / >= "3.11"
+            op, ver = marker.split("python_version", 1)[1].split('"')[0].strip(), marker.split('"')[1]
+            want = tuple(int(p) for p in ver.split("."))
+            if not {"<": here < want, ">=": here >= want, "<=": here <= want, ">": here > want,
+                    "==": here == want}.get(op, True):
+                continue
+        return spec.split("==", 1)[1].strip()
+    return "pinned"
 
 
 def pinned_torch() -> str:
     """The torch of requirements/constraints.txt, which the stored outputs are made with."""
-    for line in CONSTRAINTS.read_text().splitlines():
-        if line.strip().lower().startswith("torch=="):
-            return line.split("==", 1)[1].split(";")[0].strip()
-    return "pinned"
+    return pinned("torch")
+
+
+def admitted_floor(package: str) -> str:
+    """The lowest release of ``package`` that pyproject.toml admits (``transformers>=5.0`` -> ``5.0``)."""
+    import re
+
+    found = re.search(rf'"{re.escape(package)}>=([\d.]+)', (ROOT / "pyproject.toml").read_text())
+    return found.group(1) if found else "0"
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("+")[0].split(".")[:3] if p.isdigit())
+
+
+def transformers_install(version: str) -> list[list[str]]:
+    """The pip steps of a compat environment for transformers ``version``: the pinned torch and
+    accelerate, the package with its test tools. A release below pyproject's floor cannot be
+    installed with the package: it comes in a second step, over the package's requirement."""
+    base = [f"torch=={pinned_torch()}", f"accelerate=={pinned('accelerate')}", "ipykernel"]
+    if _release(version) >= _release(admitted_floor("transformers")):
+        return [[*base, f"transformers=={version}", "-e", ".[test]"]]
+    return [[*base, "-e", ".[test]"], [f"torch=={pinned_torch()}", f"transformers=={version}"]]
 
 
 def compat_install(torch: str) -> list[str]:
@@ -71,16 +121,18 @@ def compat_install(torch: str) -> list[str]:
     return [f"torch=={torch}", *numpy, "ipykernel", "-e", ".[test]"]
 
 
-def venv_dir(torch: str | None = None) -> Path:
+def venv_dir(torch: str | None = None, transformers: str | None = None) -> Path:
+    if transformers:
+        return (ROOT / f".venv-transformers-{transformers}").resolve()
     if torch:
         return (ROOT / f".venv-torch-{torch}").resolve()
     return Path(os.environ.get("HOOKTUTOR_VENV", ROOT / ".venv")).resolve()
 
 
-def venv_bin(name: str, torch: str | None = None) -> Path:
+def venv_bin(name: str, torch: str | None = None, transformers: str | None = None) -> Path:
     folder = "Scripts" if os.name == "nt" else "bin"
     exe = ".exe" if os.name == "nt" else ""
-    return venv_dir(torch) / folder / f"{name}{exe}"
+    return venv_dir(torch, transformers) / folder / f"{name}{exe}"
 
 
 def run(cmd: list[str | os.PathLike], **kw) -> int:
@@ -95,20 +147,27 @@ def _stamp(install: list[str]) -> str:
     return h.hexdigest()
 
 
-def ensure_env(torch: str | None = None) -> Path:
+def ensure_env(torch: str | None = None, transformers: str | None = None) -> Path:
     """Create the virtual environment if missing and install the pinned versions into it.
 
-    With ``torch="2.1.2"``: a separate environment, .venv-torch-2.1.2, with that torch instead.
+    With ``torch="2.1.2"``: a separate environment, .venv-torch-2.1.2, with that torch instead;
+    with ``transformers="5.0.0"``: .venv-transformers-5.0.0, the pinned torch and that transformers.
     """
     if sys.version_info < MIN_PYTHON:
         sys.exit(f"hooktutor needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
                  f"{sys.version.split()[0]}. Run course.py with a newer python3.")
-    where = venv_dir(torch)
-    python = venv_bin("python", torch)
+    where = venv_dir(torch, transformers)
+    python = venv_bin("python", torch, transformers)
+    kind = f"transformers {transformers}" if transformers else f"torch {torch}" if torch else "course"
     if not python.exists():
-        say(f"creating the {f'torch {torch}' if torch else 'course'} environment in {where}")
+        say(f"creating the {kind} environment in {where}")
         venv.EnvBuilder(with_pip=True, clear=False).create(where)
-    if torch:
+    steps = None
+    if transformers:
+        steps = transformers_install(transformers)
+        install = [a for step in steps for a in step]
+        what = f"transformers {transformers} with torch {pinned_torch()} and the test tools"
+    elif torch:
         install = compat_install(torch)
         what = f"torch {torch} and the test tools"
     else:
@@ -119,8 +178,9 @@ def ensure_env(torch: str | None = None) -> Path:
     if stamp_file.exists() and stamp_file.read_text().strip() == stamp:
         return python
     say(f"installing {what}; the first time this takes a few minutes")
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *install]
-    if run(cmd) != 0:
+    codes = [run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *step])
+             for step in (steps or [install])]
+    if any(codes):
         sys.exit("[course] installing failed; see pip's message above. `python3 course.py doctor` "
                  "explains the usual causes (an old Python, no network to the package index).")
     stamp_file.write_text(stamp + "\n")
@@ -217,44 +277,71 @@ def failed_tests(junit: Path) -> list[str]:
     return found
 
 
+def _versions(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
 def cmd_compat(args: list[str]) -> int:
-    versions, run_tests, pytest_args = list(COMPAT_TORCH), True, []
+    versions, tf_versions, run_tests, pytest_args = list(COMPAT_TORCH), list(COMPAT_TRANSFORMERS), True, []
     rest = list(args)
     while rest:
         arg = rest.pop(0)
-        if arg == "--torch" and rest:
-            versions = [v.strip() for v in rest.pop(0).split(",") if v.strip()]
-        elif arg.startswith("--torch="):
-            versions = [v.strip() for v in arg.split("=", 1)[1].split(",") if v.strip()]
+        if arg in ("--torch", "--transformers") and rest:
+            chosen = _versions(rest.pop(0))
+        elif arg.startswith(("--torch=", "--transformers=")):
+            arg, chosen = arg.split("=", 1)[0], _versions(arg.split("=", 1)[1])
         elif arg == "--no-tests":
             run_tests = False
+            continue
         else:
             pytest_args.append(arg)
+            continue
+        if arg == "--torch":
+            versions = chosen
+        else:
+            tf_versions = chosen
     results = ROOT / "build" / "compat"
     results.mkdir(parents=True, exist_ok=True)
     for old in results.glob("*.json"):
         old.unlink()
     files, failed = [], False
-    for torch in [None, *versions]:  # None: the course environment with the pinned torch
-        python = ensure_env(torch)
-        name = torch or f"{pinned_torch()} (pinned, .venv)"
-        result = results / f"torch-{torch or 'pinned'}.json"
-        say(f"torch {name}: executing every notebook and the probes of hooktutor/course/claims.py")
-        failed |= run([python, "-m", "hooktutor.course.other_torches", "run", result]) != 0
-        if torch and run_tests:
-            say(f"torch {name}: the library tests (course-environment and browser tests left out)")
-            junit = results / f"tests-{torch}.xml"
+    envs = [(None, None), *((t, None) for t in versions), *((None, t) for t in tf_versions)]
+    for torch, transformers in envs:  # (None, None): the course environment with the pinned torch
+        python = ensure_env(torch, transformers)
+        if transformers:
+            name, result = f"transformers {transformers}", results / f"transformers-{transformers}.json"
+            say(f"{name} (torch {pinned_torch()}): executing the lessons that teach transformers and every probe")
+            failed |= run([python, "-m", "hooktutor.course.other_torches", "run", result,
+                           "--transformers-lessons"]) != 0
+        else:
+            name = f"torch {torch or f'{pinned_torch()} (pinned, .venv)'}"
+            result = results / f"torch-{torch or 'pinned'}.json"
+            say(f"{name}: executing every notebook and the probes of hooktutor/course/claims.py")
+            failed |= run([python, "-m", "hooktutor.course.other_torches", "run", result]) != 0
+        if (torch or transformers) and run_tests:
+            junit = results / f"tests-{torch or 'transformers-' + transformers}.xml"
+            selection, scope = [], ""
+            if transformers:
+                scope = "tests/test_huggingface.py and lesson 12's exercises"
+                selection = ["-k", "test_huggingface or hf_hooks"]
+                say(f"{name}: the library tests of lesson 12 ({scope})")
+            else:
+                say(f"{name}: the library tests (course-environment and browser tests left out)")
             code = run([python, "-m", "pytest", "tests", "-q", "-m", "not course_env and not browser",
-                        f"--junitxml={junit}", *pytest_args])
+                        *selection, f"--junitxml={junit}", *pytest_args])
             failed |= code != 0
             data = json.loads(result.read_text())
             data["tests"], data["test_failures"] = code, failed_tests(junit)
+            if scope:
+                data["tests_scope"] = scope
             result.write_text(json.dumps(data, indent=1) + "\n")
         files.append(result)
     code = run([ensure_env(), "-m", "hooktutor.course.other_torches", "report", VERSIONS_DOC,
                 f"--pinned={pinned_torch()}", *files])
     failed |= code != 0
-    say(f"{'FAILED' if failed else 'all lessons hold'} on torch {', '.join([pinned_torch(), *versions])}; "
+    tested = [f"torch {', '.join([pinned_torch(), *versions])}"] + (
+        [f"transformers {', '.join(tf_versions)}"] if tf_versions else [])
+    say(f"{'FAILED' if failed else 'all lessons hold'} on {' and '.join(tested)}; "
         f"see {VERSIONS_DOC.relative_to(ROOT)}")
     return 1 if failed else 0
 

@@ -102,8 +102,9 @@ def _cleared_hooks_leave_no_hidden_state() -> bool:
     return _quietly(lambda: model(_ids(), output_hidden_states=True).hidden_states) == ()
 
 
-def claims(Claim) -> list:
-    """The transformers claims, as ``Claim``s of :mod:`hooktutor.course.claims`."""
+def claims(claim_class) -> list:
+    """The transformers claims, as ``claim_class`` (``Claim`` of :mod:`hooktutor.course.claims`) instances."""
+    Claim = claim_class  # noqa: N806
     lesson = ("12_huggingface_hooks",)
     return [
         Claim(
@@ -197,7 +198,8 @@ def claims(Claim) -> list:
             lessons=lesson,
             where="section 3 (clearing the hook dicts after `output_hidden_states`)",
             before="(where output capturing leaves hooks, hf-output-capturing-hooks) with the hook dicts "
-                   "cleared, `output_hidden_states=True` returns one tensor, the final norm's output (`last_hidden_state`)",
+                   "cleared, `output_hidden_states=True` returns one tensor, the final norm's output "
+                   "(`last_hidden_state`)",
             after="it returns an empty tuple, `()`",
             since="5.23.0",
             evidence="bisected with the probe on torch 2.13.0: one tensor with 5.2.0, 5.12.0, 5.21.0 and 5.22.0, "

@@ -1,4 +1,4 @@
-"""Do the lessons hold on other torch releases? The worker of ``python3 course.py compat``.
+"""Do the lessons hold on other torch (and transformers) releases? The worker of ``python3 course.py compat``.
 
 Stored outputs are made with the pinned torch and compared by strict nbval; on any other
 torch a repr or an error text may differ while every claim still holds. So here nothing
@@ -15,7 +15,11 @@ stored is compared. Instead each notebook is executed in a fresh kernel and
 
 Cells whose text output differs from the stored one are listed (drift), not failed.
 
+A transformers environment (``compat --transformers 5.0.0``: the pinned torch, another
+transformers) executes only the lessons that name a transformers floor (``needs_transformers``).
+
     python -m hooktutor.course.other_torches run RESULT.json [NOTEBOOK...]   # in the environment to test
+    python -m hooktutor.course.other_torches run RESULT.json --transformers-lessons   # those lessons only
     python -m hooktutor.course.other_torches report OUT.md RESULT.json...     # the table, from every result
 """
 
@@ -131,22 +135,66 @@ def execute(path: Path) -> dict:
     return {"ok": not failures, "seconds": round(seconds, 1), "failures": failures, "drift": drift}
 
 
-def not_admitted(path: Path, torch_version: str) -> str | None:
-    """Why the lesson at ``path`` does not run on this torch, or None. A lesson names its own
-    floor where a library it teaches needs a newer torch than the course does, in its metadata:
-    ``{"hooktutor": {"needs_torch": "2.6", "why": "transformers 5 runs on torch 2.6 or newer"}}``."""
+FLOOR_LIBRARIES = ("torch", "transformers")   # a lesson may name a floor of its own for each
+
+
+def floors(path: Path) -> dict[str, tuple[str, str]]:
+    """The floors the lesson at ``path`` names in its metadata: {library: (release, why)}. Where a
+    library it teaches needs a newer torch, or a newer release of itself, than the course admits:
+    ``{"hooktutor": {"needs_torch": "2.6", "why": "transformers 5 runs on torch 2.6 or newer",
+    "needs_transformers": "5.0", "why_transformers": "..."}}`` (``why`` is the torch floor's)."""
     import nbformat
 
+    meta = nbformat.read(path, as_version=4).metadata.get("hooktutor", {})
+    found = {}
+    for library in FLOOR_LIBRARIES:
+        least = meta.get(f"needs_{library}")
+        if least:
+            why = meta.get("why" if library == "torch" else f"why_{library}", "see the lesson")
+            found[library] = (str(least), why)
+    return found
+
+
+def installed_versions(torch_version: str | None = None) -> dict[str, str]:
+    """The installed releases of the floor libraries (torch: ``torch_version`` when given)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for library in FLOOR_LIBRARIES:
+        if library == "torch" and torch_version:
+            found[library] = torch_version
+            continue
+        try:
+            found[library] = version(library)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+def not_admitted(path: Path, torch_version: str | None = None, versions: dict[str, str] | None = None) -> str | None:
+    """Why the lesson at ``path`` does not run here, or None: a release below a floor it names
+    (:func:`floors`). ``versions`` ({library: release}) defaults to what is installed, with torch
+    ``torch_version`` when given."""
     from .claims import version_tuple
 
-    meta = nbformat.read(path, as_version=4).metadata.get("hooktutor", {})
-    least = meta.get("needs_torch")
-    if least and version_tuple(torch_version) < version_tuple(least):
-        return f"needs torch {least} or newer: {meta.get('why', 'see the lesson')}"
+    have = installed_versions(torch_version) if versions is None else dict(versions)
+    if torch_version:
+        have["torch"] = torch_version
+    for library, (least, why) in floors(path).items():
+        if library in have and version_tuple(have[library]) < version_tuple(least):
+            return f"needs {library} {least} or newer: {why}"
     return None
 
 
-def run(result_file: Path, paths: list[Path]) -> int:
+def env_name(result: dict) -> str:
+    """``torch 2.13.0+cpu``, or ``transformers 5.0.0 (torch 2.13.0+cpu)`` for a transformers environment
+    (a result marked ``transformers_env``)."""
+    if result.get("transformers_env"):
+        return f"transformers {result['transformers']} (torch {result['torch']})"
+    return f"torch {result['torch']}"
+
+
+def run(result_file: Path, paths: list[Path], transformers_env: bool = False) -> int:
     import numpy
     import torch
 
@@ -154,16 +202,16 @@ def run(result_file: Path, paths: list[Path]) -> int:
 
     result = {
         "torch": torch.__version__, "numpy": numpy.__version__, "python": platform.python_version(),
-        "notebooks": {}, "claims": [], "tests": None,
+        "transformers": installed_versions().get("transformers"), "notebooks": {}, "claims": [], "tests": None,
     }
     for path in paths:
         why = not_admitted(path, torch.__version__)
         if why:
-            print(f"[compat] torch {torch.__version__}: {path.name} not run ({why})", flush=True)
+            print(f"[compat] {env_name(result)}: {path.name} not run ({why})", flush=True)
             result["notebooks"][path.stem] = {"ok": True, "seconds": 0.0, "failures": [], "drift": [],
                                               "not_admitted": why}
             continue
-        print(f"[compat] torch {torch.__version__}: executing {path.name}", flush=True)
+        print(f"[compat] {env_name(result)}: executing {path.name}", flush=True)
         outcome = execute(path)
         result["notebooks"][path.stem] = outcome
         for f in outcome["failures"]:
@@ -173,6 +221,7 @@ def run(result_file: Path, paths: list[Path]) -> int:
         if not row["agrees"]:
             print(f"[compat]   probe {row['id']} contradicts the registry: expected {row['expected']}, "
                   f"observed {row['observed']} {row['error']}", flush=True)
+    result["transformers_env"] = transformers_env
     result_file.write_text(json.dumps(result, indent=1) + "\n")
     ok = all(n["ok"] for n in result["notebooks"].values()) and all(r["agrees"] for r in result["claims"])
     return 0 if ok else 1
@@ -188,22 +237,30 @@ def report(out: Path, result_files: list[Path], pinned: str = "") -> int:
     from . import claims as versions
 
     results = [json.loads(p.read_text()) for p in result_files]
-    results.sort(key=lambda r: versions.version_tuple(r["torch"]))
+    results.sort(key=lambda r: (bool(r.get("transformers_env")), versions.version_tuple(r["torch"]),
+                                versions.version_tuple(r.get("transformers") or "0")))
     lessons = sorted({stem for r in results for stem in r["notebooks"]})
     today = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
 
     def label(r: dict) -> str:
+        if r.get("transformers_env"):
+            return env_name(r)
         tag = " (pinned)" if pinned and versions.version_tuple(r["torch"]) == versions.version_tuple(pinned) else ""
         return f"torch {r['torch']}{tag}"
 
     lines = [
-        "# The lessons on each torch release",
+        "# The lessons on each torch and transformers release",
         "",
         "<!-- Generated by `python3 course.py compat`; do not edit by hand, run it again. -->",
         "",
         f"Generated by `python3 course.py compat` on {today}, with Python {results[0]['python']} on "
         f"{platform.system()} {platform.machine()}. Tested: "
         + "; ".join(f"{label(r)} with NumPy {r['numpy']}" for r in results) + ".",
+        "",
+        "The transformers environments (`--transformers`) keep the pinned torch and change transformers only: "
+        "they execute the lessons that name a transformers floor (`needs_transformers` in the notebook's "
+        "metadata), run the library tests of those lessons (`tests/test_huggingface.py` and their "
+        "exercises) and every probe; a release below the floor is reported *not admitted* and only probed.",
         "",
         "Every notebook was executed top to bottom in a fresh kernel of each environment. A lesson passes "
         "when every cell without the `raises-exception` tag runs without an error (its asserts are the "
@@ -222,7 +279,7 @@ def report(out: Path, result_files: list[Path], pinned: str = "") -> int:
         for r in results:
             n = r["notebooks"].get(stem)
             if n is None:
-                row.append("not run")
+                row.append("not run" if not r.get("transformers_env") else "not run (no transformers in it)")
             elif n.get("not_admitted"):
                 row.append(f"not admitted ({n['not_admitted']})")
             elif n["ok"]:
@@ -237,7 +294,8 @@ def report(out: Path, result_files: list[Path], pinned: str = "") -> int:
             test_row.append("run by `python3 course.py test`")
         else:
             failed |= r["tests"] != 0
-            test_row.append("pass" if r["tests"] == 0 else f"**FAIL** (pytest exit {r['tests']})")
+            test_row.append(("pass" if r["tests"] == 0 else f"**FAIL** (pytest exit {r['tests']})")
+                            + (f": {r['tests_scope']}" if r.get("tests_scope") else ""))
     lines.append("| library tests (`tests/`, not `course_env`) | " + " | ".join(test_row) + " |")
     probe_row = []
     for r in results:
@@ -256,26 +314,31 @@ def report(out: Path, result_files: list[Path], pinned: str = "") -> int:
         "",
         "## What differs between releases",
         "",
-        "Registered in `hooktutor/course/claims.py`. Each lesson cell concerned says \"since torch 2.x\" and "
-        "checks the behaviour of the installed torch through `versions.expected(...)`; the probe of each "
-        "claim ran on every tested release and its answer is shown below.",
+        "Registered in `hooktutor/course/claims.py` (those about transformers in "
+        "`hooktutor/course/claims_transformers.py`). Each lesson cell concerned says \"since torch 2.x\" (or "
+        "\"since transformers 5.x\") and checks the behaviour of the installed release through "
+        "`claims.expected(...)`; the probe of each claim ran in every tested environment and its answer is "
+        "shown below.",
     ]
     for c in versions.CLAIMS.values():
         seen = []
         for r in results:
             row = next((x for x in r["claims"] if x["id"] == c.id), None)
+            name = label(r).replace("torch ", "", 1) if not r.get("transformers_env") else label(r)
             if row is None:
-                seen.append(f"{r['torch']}: not probed")
+                seen.append(f"{name}: not probed")
+            elif row.get("skipped"):
+                seen.append(f"{name}: not probed ({row['skipped']})")
             else:
                 what = {True: "new", False: "old", None: "probe failed"}[row["observed"]]
-                seen.append(f"{r['torch']}: {what}{'' if row['agrees'] else ' (CONTRADICTS the registry)'}")
+                seen.append(f"{name}: {what}{'' if row['agrees'] else ' (CONTRADICTS the registry)'}")
         lines += [
             "",
-            f"### `{c.id}` (since torch {c.since})",
+            f"### `{c.id}` (since {c.library} {c.since})",
             "",
             f"- **Lessons**: {', '.join(f'`{x}`' for x in c.lessons)}; {c.where}.",
-            f"- **Before torch {c.since}**: {c.before}.",
-            f"- **Since torch {c.since}**: {c.after}.",
+            f"- **Before {c.library} {c.since}**: {c.before}.",
+            f"- **Since {c.library} {c.since}**: {c.after}.",
             f"- **Kind**: {'a claim the lesson teaches' if c.kind == 'behaviour' else 'the wording of an error a lesson shows'}.",  # noqa: E501
             f"- **How the version was established**: {c.evidence}.",
             f"- **Observed**: {'; '.join(seen)}.",
@@ -299,8 +362,13 @@ def report(out: Path, result_files: list[Path], pinned: str = "") -> int:
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "run":
-        paths = [Path(p).resolve() for p in argv[2:]] or sorted(NOTEBOOKS.glob("*.ipynb"))
-        return run(Path(argv[1]), paths)
+        rest = argv[2:]
+        transformers_env = "--transformers-lessons" in rest
+        rest = [a for a in rest if a != "--transformers-lessons"]
+        paths = [Path(p).resolve() for p in rest] or sorted(NOTEBOOKS.glob("*.ipynb"))
+        if transformers_env:
+            paths = [p for p in paths if "transformers" in floors(p)]
+        return run(Path(argv[1]), paths, transformers_env)
     if len(argv) >= 3 and argv[0] == "report":
         rest, pinned = argv[2:], ""
         if rest and rest[0].startswith("--pinned="):
