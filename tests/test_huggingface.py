@@ -22,6 +22,7 @@ import torch  # noqa: E402
 
 import hooktutor as ht  # noqa: E402
 from hooktutor._tree import iter_tensors  # noqa: E402
+from hooktutor.course import claims  # noqa: E402
 
 
 def _import_transformers():
@@ -35,11 +36,18 @@ def _import_transformers():
     if not is_torch_available():
         pytest.skip(f"transformers {transformers.__version__} cannot use torch {torch.__version__} "
                     "(it needs a newer torch)", allow_module_level=True)
+    from hooktutor.course.other_torches import NOTEBOOKS, not_admitted
+
+    why = not_admitted(NOTEBOOKS / "12_huggingface_hooks.ipynb", torch.__version__)
+    if why:   # compat's transformers 4.x environment: there for the probes of lesson 12's claims
+        pytest.skip(f"lesson 12 is not admitted here: it {why}", allow_module_level=True)
     transformers.logging.set_verbosity_error()   # no config chatter in the test output
     return transformers
 
 
 transformers = _import_transformers()
+# transformers leaves output-capturing hooks on a model since 5.2 (hooktutor/course/claims.py)
+CAPTURING = claims.expected("hf-output-capturing-hooks")
 
 
 def _accelerate_hooks():
@@ -55,10 +63,21 @@ VOCAB = 100
 IDS = torch.arange(2, 12).reshape(2, 5)           # token ids made directly: no tokenizer, no download
 
 
+def _vit_names(config) -> tuple[str, str, str]:
+    """ViT's block, attention and MLP: ``layers.0...`` in recent transformers, ``encoder.layer.0...``
+    (the MLP's first half ``intermediate``) in the older 5.x releases."""
+    names = {n for n, _ in transformers.ViTModel(config).named_modules()}
+    if "layers.0.mlp" in names:
+        return "layers.0", "layers.0.attention", "layers.0.mlp"
+    return "encoder.layer.0", "encoder.layer.0.attention", "encoder.layer.0.intermediate"
+
+
 def _configs() -> dict[str, tuple]:
     """(model class, config, block, attention, mlp, inputs) per architecture, tiny: hidden 16,
     2 layers, vocab 100."""
     t = transformers
+    vit = t.ViTConfig(image_size=8, patch_size=4, num_channels=3, hidden_size=16, num_hidden_layers=2,
+                      num_attention_heads=2, intermediate_size=32)
     text = {"input_ids": IDS}
     seq2seq = {"input_ids": IDS, "decoder_input_ids": IDS[:, :3]}
     return {
@@ -82,10 +101,7 @@ def _configs() -> dict[str, tuple]:
             vocab_size=VOCAB, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
             decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=32),
             "model.decoder.layers.0", "model.decoder.layers.0.encoder_attn", "model.decoder.layers.0.fc1", seq2seq),
-        "vit": (t.ViTModel, t.ViTConfig(
-            image_size=8, patch_size=4, num_channels=3, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-            intermediate_size=32),
-            "layers.0", "layers.0.attention", "layers.0.mlp",
+        "vit": (t.ViTModel, vit, *_vit_names(vit),
             {"pixel_values": torch.linspace(-1, 1, 2 * 3 * 8 * 8).reshape(2, 3, 8, 8)}),
     }
 
@@ -201,6 +217,9 @@ def test_transformers_hooks_are_its_own_and_survive_remove_hooks(configs, arch):
     before = model(**kw, output_hidden_states=True)
     key = "hidden_states" if "hidden_states" in before else "decoder_hidden_states"
     library = ht.list_hooks(model).where(owner="transformers")
+    if not CAPTURING:   # before transformers 5.2: collected inside the call, no hook left
+        assert len(ht.list_hooks(model)) == 0 and len(before[key]) > 0
+        return
     assert len(library) >= 2 and len(library) == len(ht.list_hooks(model).where(owner="library"))
     assert {(r.kind, r.owner, r.mechanism, r.owner_label, r.is_library) for r in library} == {
         ("forward", "transformers", "output capturing", "transformers (output capturing)", True)}
@@ -231,7 +250,9 @@ def test_without_the_reset_transformers_hooks_removed_by_hand_leave_hidden_state
     model(IDS, output_hidden_states=True)
     for m in model.modules():
         m._forward_hooks.clear()
-    assert model(IDS, output_hidden_states=True).hidden_states == ()
+    left = model(IDS, output_hidden_states=True).hidden_states
+    # none since transformers 5.23, the final norm's alone from 5.2, all 3 before (no hook to clear)
+    assert len(left) == (0 if claims.expected("hf-cleared-hooks-no-hidden-state") else 1 if CAPTURING else 3)
 
 
 def test_accelerates_patched_forward_is_listed_as_rows_of_their_own(configs):

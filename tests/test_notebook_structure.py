@@ -117,7 +117,8 @@ def test_intended_errors_declare_their_type_and_stable_message(path):
 
 
 def test_version_dependent_claims_are_marked_and_checked_in_their_lessons():
-    """Each behaviour in hooktutor/course/claims.py: its lessons say since which torch, and key a check on it."""
+    """Each behaviour in hooktutor/course/claims.py: its lessons say since which release of its library
+    (torch, or transformers), and key a check on it."""
     from hooktutor.course import claims
 
     texts = {p.stem: load(p) for p in NOTEBOOKS}
@@ -134,8 +135,9 @@ def test_version_dependent_claims_are_marked_and_checked_in_their_lessons():
             cells = texts[lesson].cells
             assert any(f'claims.expected("{claim.id}")' in c.source for c in cells if c.cell_type == "code"), \
                 f"{lesson}: no cell checks {claim.id} through claims.expected"
-            assert any(re.search(rf"(since|before) (torch )?{re.escape(major_minor)}\b", c.source) for c in cells), \
-                f"{lesson}: does not say 'since torch {major_minor}' for {claim.id}"
+            said = rf"(since|before) ({claim.library} )?{re.escape(major_minor)}\b"
+            assert any(re.search(said, c.source) for c in cells), \
+                f"{lesson}: does not say 'since {claim.library} {major_minor}' for {claim.id}"
 
 
 VERDICT_BY_DECREE = re.compile(r"""else\s+["']\?["']|assert\s+\w*verdict\w*\s*==\s*["']""")

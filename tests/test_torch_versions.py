@@ -70,8 +70,11 @@ def test_the_report_exists_says_it_is_generated_and_names_every_claim_and_releas
     course = course_module()
     for release in [course.pinned_torch(), *course.COMPAT_TORCH]:
         assert re.search(rf"torch {re.escape(release)}\b", text), f"{release} is not in {DOC.name}"
+    for release in course.COMPAT_TRANSFORMERS:
+        assert re.search(rf"transformers {re.escape(release)} \(torch ", text), f"transformers {release}: {DOC.name}"
     for claim in claims.CLAIMS.values():
-        assert f"### `{claim.id}` (since torch {claim.since})" in text, f"{claim.id}: run python3 course.py compat"
+        heading = f"### `{claim.id}` (since {claim.library} {claim.since})"
+        assert heading in text, f"{claim.id}: run python3 course.py compat"
     lessons = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
     assert re.findall(r"^\| `(\d\d_\w+)` \|", text, flags=re.M) == lessons
 
@@ -96,3 +99,38 @@ def test_a_lesson_that_names_a_newer_torch_floor_is_not_run_below_it(tmp_path):
     nbformat.write(nb, path)
     assert not_admitted(path, "2.1.2+cu121") == "needs torch 2.6 or newer: transformers 5 runs on torch 2.6 or newer"
     assert not_admitted(path, "2.6.0") is None and not_admitted(path, "2.13.0+cpu") is None
+
+
+def test_transformers_claims_key_on_the_installed_transformers():
+    claim = claims.CLAIMS["hf-output-capturing-hooks"]
+    assert claim.library == "transformers" and claims.CLAIMS["gradient-edge"].library == "torch"
+    assert claims.expected(claim.id, "5.2.0") is True and claims.expected(claim.id, "5.1.0") is False
+    assert claims.expected(claim.id, "4.57.6") is False
+
+
+def test_a_lesson_below_its_transformers_floor_is_not_admitted(tmp_path):
+    import nbformat
+
+    from hooktutor.course.other_torches import floors, not_admitted
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["hooktutor"] = {"needs_torch": "2.6", "why": "transformers 5 runs on torch 2.6 or newer",
+                                "needs_transformers": "5.0", "why_transformers": "written for transformers 5"}
+    path = tmp_path / "12_x.ipynb"
+    nbformat.write(nb, path)
+    assert floors(path) == {"torch": ("2.6", "transformers 5 runs on torch 2.6 or newer"),
+                            "transformers": ("5.0", "written for transformers 5")}
+    assert not_admitted(path, versions={"torch": "2.13.0", "transformers": "4.57.6"}) == \
+        "needs transformers 5.0 or newer: written for transformers 5"
+    assert not_admitted(path, versions={"torch": "2.13.0", "transformers": "5.0.0"}) is None
+    assert not_admitted(path, "2.1.2", versions={"transformers": "5.0.0"}).startswith("needs torch 2.6")
+
+
+def test_compat_installs_transformers_below_the_floor_in_a_second_step():
+    course = course_module()
+    assert course.admitted_floor("transformers") == "5.0"
+    (only,) = course.transformers_install("5.0.0")
+    assert f"torch=={course.pinned_torch()}" in only and "transformers==5.0.0" in only and ".[test]" in only
+    first, second = course.transformers_install("4.57.6")
+    assert ".[test]" in first and second == [f"torch=={course.pinned_torch()}", "transformers==4.57.6"]
+    assert course.venv_dir(transformers="5.0.0").name == ".venv-transformers-5.0.0"

@@ -67,8 +67,10 @@ exercise = Exercise(
     ],
     solution=steer,
     answer_name="steer",
+    # T5 unpacks a block's output since transformers 5.15 and indexed it before ("index 2 is out of
+    # bounds"): claim hf-t5-stack-unpacks-block-output
     errors={"can only concatenate tuple": _TYPE, "not enough values to unpack": _TYPE,
-            "object has no attribute 'dtype'": _TYPE},
+            "is out of bounds for dimension 0 with size": _TYPE, "object has no attribute 'dtype'": _TYPE},
     guide="""The forum snippet `(output[0] + vector,) + output[1:]` (on transformers 5 a Llama
     decoder layer returns a tensor: the concatenation raises, and an in-place
     `output[0] += vector` steers only the first sequence, silently); `output + vector` on a T5
