@@ -336,8 +336,10 @@ def cmd_compat(args: list[str]) -> int:
                 data["tests_scope"] = scope
             result.write_text(json.dumps(data, indent=1) + "\n")
         files.append(result)
+    # a kind of environment left out of this run (--torch "", --transformers "") keeps its columns
+    carry = ",".join(kind for kind, chosen in (("torch", versions), ("transformers", tf_versions)) if not chosen)
     code = run([ensure_env(), "-m", "hooktutor.course.other_torches", "report", VERSIONS_DOC,
-                f"--pinned={pinned_torch()}", *files])
+                f"--pinned={pinned_torch()}", f"--carry={carry}", *files])
     failed |= code != 0
     tested = [f"torch {', '.join([pinned_torch(), *versions])}"] + (
         [f"transformers {', '.join(tf_versions)}"] if tf_versions else [])

@@ -134,3 +134,16 @@ def test_compat_installs_transformers_below_the_floor_in_a_second_step():
     first, second = course.transformers_install("4.57.6")
     assert ".[test]" in first and second == [f"torch=={course.pinned_torch()}", "transformers==4.57.6"]
     assert course.venv_dir(transformers="5.0.0").name == ".venv-transformers-5.0.0"
+
+
+def test_a_run_that_leaves_the_torch_environments_out_carries_their_columns_over():
+    """`compat --torch ""` tests transformers only: the torch columns come from the report already there."""
+    columns = other_torches.carried_columns(DOC.read_text(), "torch", set())
+    labels = [c["label"] for c in columns]
+    for release in course_module().COMPAT_TORCH:
+        assert any(label.startswith(f"torch {release}") for label in labels), labels
+    for column in columns:
+        assert column["cells"]["`00_start_here`"].startswith("pass") and "(pinned)" not in column["label"]
+        assert column["observed"]["gradient-edge"] in {"old", "new"}
+    assert other_torches.carried_columns(DOC.read_text(), "transformers", set(labels)) == [
+        c for c in other_torches.carried_columns(DOC.read_text(), "transformers", set())]
