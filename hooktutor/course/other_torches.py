@@ -247,7 +247,7 @@ def carried_columns(old_doc: str, kind: str, keep_out: set[str]) -> list[dict]:
         if not name.startswith(f"{kind} ") or "(pinned)" in name or name in keep_out:
             continue
         col = {"carried": True, "label": name, "cells": {}, "observed": {}, "drift": "none"}
-        for line in table[2:]:
+        for line in table[1:]:
             cells = [c.strip() for c in line.strip("|").split("|")]
             if len(cells) == len(header) + 1:
                 col["cells"][cells[0]] = cells[i + 1]
