@@ -202,7 +202,8 @@ def run(result_file: Path, paths: list[Path], transformers_env: bool = False) ->
 
     result = {
         "torch": torch.__version__, "numpy": numpy.__version__, "python": platform.python_version(),
-        "transformers": installed_versions().get("transformers"), "notebooks": {}, "claims": [], "tests": None,
+        "transformers": installed_versions().get("transformers"), "transformers_env": transformers_env,
+        "notebooks": {}, "claims": [], "tests": None,
     }
     for path in paths:
         why = not_admitted(path, torch.__version__)
@@ -221,7 +222,6 @@ def run(result_file: Path, paths: list[Path], transformers_env: bool = False) ->
         if not row["agrees"]:
             print(f"[compat]   probe {row['id']} contradicts the registry: expected {row['expected']}, "
                   f"observed {row['observed']} {row['error']}", flush=True)
-    result["transformers_env"] = transformers_env
     result_file.write_text(json.dumps(result, indent=1) + "\n")
     ok = all(n["ok"] for n in result["notebooks"].values()) and all(r["agrees"] for r in result["claims"])
     return 0 if ok else 1
