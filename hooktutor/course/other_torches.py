@@ -246,7 +246,7 @@ def carried_columns(old_doc: str, kind: str, keep_out: set[str]) -> list[dict]:
     for i, name in enumerate(header):
         if not name.startswith(f"{kind} ") or "(pinned)" in name or name in keep_out:
             continue
-        col = {"carried": True, "label": name, "cells": {}, "observed": {}, "drift": "none"}
+        col = {"carried": True, "label": name, "cells": {}, "observed": {}, "drift": "none", "failures": []}
         for line in table[1:]:
             cells = [c.strip() for c in line.strip("|").split("|")]
             if len(cells) == len(header) + 1:
@@ -262,6 +262,8 @@ def carried_columns(old_doc: str, kind: str, keep_out: set[str]) -> list[dict]:
                         col["observed"][claim_id] = part[len(short) + 2:]
             elif line.startswith(f"- {name}: "):
                 col["drift"] = line[len(f"- {name}: "):].rstrip(".")
+            elif line.startswith(f"- {name}, "):   # its failures
+                col["failures"].append(line)
         carried.append(col)
     return carried
 
@@ -365,6 +367,7 @@ def report(out: Path, result_files: list[Path], pinned: str = "", carry: tuple[s
     failures = [f"- {label(r)}, `{stem}` cell [{f['cell']}]: {f['problem'][:300]}"
                 for r in results for stem, n in r["notebooks"].items() for f in n["failures"]]
     failures += [f"- {label(r)}, library test `{t}`" for r in results for t in r.get("test_failures", [])]
+    failures += [line for c in carried for line in c["failures"]]
     if failures:
         lines += ["", "### Failures", "", *failures]
 
