@@ -5,7 +5,8 @@ root folder holding copies of the notebooks under test, every Jupyter/IPython/ma
 folder pointed into that temporary tree, Lab's news and update checks off), one Chromium
 (Debian's ``/usr/bin/chromium`` driven by the ``playwright`` package, never a downloaded
 browser) and a fresh browser page per test (test_learner_hour.py: one page with Lab loaded
-for all its lessons). A failing test leaves a screenshot in ``test-artifacts/``. Server and browser are shut down by finalizers, also after a failure.
+for all its lessons). A failing test leaves a screenshot in ``test-artifacts/``. Server and
+browser are shut down by finalizers, also after a failure.
 
 Without Chromium or playwright the tests are skipped with a hint, except when the
 environment variable ``CI`` is set (and not ``false``/``0``): then they fail.
