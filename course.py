@@ -247,8 +247,11 @@ def cmd_test(args: list[str]) -> int:
     python = ensure_env()
     say("running the library tests, every notebook under strict nbval, and the browser tests")
     if not any(a == "-n" or a.startswith("-n") or a.startswith("--numprocesses") for a in args):
-        # one worker per core; a notebook (all its cells) or a test file stays on one worker
-        args = ["-n", "auto", "--dist", "loadfile", *args]
+        # one worker per core; a notebook (all its cells) or a test file stays on one worker.
+        # Files go out in collection order (the browser tests, then tests/, then the notebooks):
+        # xdist's default reorder (most tests first) left the longest files, few tests each
+        # (the learner's hour, test_rerun.py), for the end, where they made the run's tail.
+        args = ["-n", "auto", "--dist", "loadfile", "--no-loadscope-reorder", *args]
     return run([python, "-m", "pytest", *args])
 
 

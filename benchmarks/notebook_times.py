@@ -4,7 +4,8 @@ A notebook is executed the way ``python -m hooktutor regen`` does it (a fresh pr
 fresh ``python3`` kernel, the notebook's folder as working directory, cells top to bottom),
 but in memory: the notebook file is read and never written. The time reported is the wall
 time of that whole process, so kernel start is included, as a learner waiting for "Run
-all" experiences it. The test suite is timed as ``python3 course.py test`` runs it (``pytest -n auto --dist loadfile``).
+all" experiences it. The test suite is timed as ``python3 course.py test`` runs it
+(``pytest -n auto --dist loadfile --no-loadscope-reorder``).
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def measure(*, repeats: int = 1, python: str = sys.executable, only: list[Path] 
 
 
 # what `python3 course.py test` runs: one pytest worker per core, a file per worker
-SUITE_ARGS = ["-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile"]
+SUITE_ARGS = ["-m", "pytest", "-q", "-n", "auto", "--dist", "loadfile", "--no-loadscope-reorder"]
 
 
 def measure_suite(*, python: str = sys.executable, timeout: float = 3600) -> dict:

@@ -140,7 +140,7 @@ def markdown(results: dict) -> str:
     suite = results.get("suite")
     if suite:
         out += ["", "## Test suite", "",
-                f"`pytest -n auto --dist loadfile` (what `python3 course.py test` runs): "
+                f"`pytest -n auto --dist loadfile --no-loadscope-reorder` (what `python3 course.py test` runs): "
                 f"{suite['seconds']:.0f} s wall time ({suite['summary']})."]
         if suite.get("failed"):
             shown = suite["failed"][:15]

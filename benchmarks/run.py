@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
         say("widget latency")
         results["widget"] = widget_latency(python, args.quick)
     if args.suite:
-        say("the whole test suite (pytest -n auto --dist loadfile, as course.py test)")
+        say("the whole test suite (pytest -n auto --dist loadfile --no-loadscope-reorder, as course.py test)")
         results["suite"] = notebook_times.measure_suite(python=python)
     results["machine"]["load_end"] = load_average()
 

@@ -110,12 +110,59 @@ def workbook(tmp_path_factory) -> Path:
     return out
 
 
+class Clients:
+    """The client of each lesson's workbook, its kernel started one lesson ahead: while one
+    lesson runs, the next lesson's kernel boots (started as ``setup_kernel`` would start it,
+    under ``RERUN_PROFILE``); ``setup_kernel`` then finds it running. Kernels a test did not
+    take are shut down with the module."""
+
+    def __init__(self, workbook: Path):
+        self.workbook, self.started = workbook, {}
+
+    def start(self, path: Path) -> None:
+        if path in self.started:
+            return
+        blank = nbformat.read(self.workbook / path.name, as_version=4)
+        client = NotebookClient(blank, timeout=120, kernel_name="python3", allow_errors=True,
+                                shutdown_kernel="immediate", resources={"metadata": {"path": str(self.workbook)}})
+        client.km = client.create_kernel_manager()
+        with profile_environment(RERUN_PROFILE):
+            client.start_new_kernel()
+        self.started[path] = client
+
+    def take(self, path: Path) -> NotebookClient:
+        self.start(path)
+        return self.started.pop(path)
+
+    def shutdown(self) -> None:
+        for client in self.started.values():
+            client._cleanup_kernel()
+
+
+@pytest.fixture(scope="module")
+def clients(workbook):
+    ahead = Clients(workbook)
+    yield ahead
+    ahead.shutdown()
+
+
+def lesson_after(request) -> Path | None:
+    """The lesson of the next test of this module that this session runs, if any."""
+    items = request.session.items
+    for item in items[items.index(request.node) + 1:]:
+        callspec = getattr(item, "callspec", None)
+        if callspec and item.module.__name__ == __name__ and "path" in callspec.params:
+            return callspec.params["path"]
+    return None
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_run_all_blank_then_solved_in_one_kernel_prints_the_stored_outputs(path, workbook):
+def test_run_all_blank_then_solved_in_one_kernel_prints_the_stored_outputs(path, clients, request):
     stored = nbformat.read(path, as_version=4).cells
-    blank = nbformat.read(workbook / path.name, as_version=4)
-    client = NotebookClient(blank, timeout=120, kernel_name="python3", allow_errors=True,
-                            shutdown_kernel="immediate", resources={"metadata": {"path": str(workbook)}})
+    client = clients.take(path)
+    blank = client.nb
+    if (following := lesson_after(request)) is not None:
+        clients.start(following)
     subs = sanitizers()
     leftovers: list = []
     with profile_environment(RERUN_PROFILE), client.setup_kernel():

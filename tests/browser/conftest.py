@@ -4,8 +4,9 @@ One Lab server per test session (on 127.0.0.1, a free port, a random token, a te
 root folder holding copies of the notebooks under test, every Jupyter/IPython/matplotlib
 folder pointed into that temporary tree, Lab's news and update checks off), one Chromium
 (Debian's ``/usr/bin/chromium`` driven by the ``playwright`` package, never a downloaded
-browser) and a fresh browser page per test. A failing test leaves a screenshot in
-``test-artifacts/``. Server and browser are shut down by finalizers, also after a failure.
+browser) and a fresh browser page per test (test_learner_hour.py: one page with Lab loaded
+for all its lessons). A failing test leaves a screenshot in ``test-artifacts/``. Server and
+browser are shut down by finalizers, also after a failure.
 
 Without Chromium or playwright the tests are skipped with a hint, except when the
 environment variable ``CI`` is set (and not ``false``/``0``): then they fail.
@@ -84,17 +85,29 @@ class Lab:
         sep = "&" if "?" in path else "?"
         return f"{self.base}{path}{sep}token={self.token}"
 
-    def api(self, method: str, path: str) -> object:
-        req = urllib.request.Request(self.url(path), method=method)
+    def api(self, method: str, path: str, body: object = None) -> object:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url(path), data=data, method=method,
+                                     headers={"Content-Type": "application/json"} if data else {})
         with urllib.request.urlopen(req, timeout=10) as resp:
             body = resp.read()
         return json.loads(body) if body else None
 
-    def delete_sessions(self) -> None:
-        """Shut down every kernel session, so the next notebook opened starts a fresh kernel."""
+    def delete_sessions(self, path: str | None = None) -> None:
+        """Shut down every kernel session (with ``path``: that notebook's), so the next
+        notebook opened starts a fresh kernel."""
         for session in self.api("GET", "/api/sessions") or []:
-            with contextlib.suppress(urllib.error.HTTPError):
-                self.api("DELETE", f"/api/sessions/{session['id']}")
+            if path is None or session["path"] == path:
+                with contextlib.suppress(urllib.error.HTTPError):
+                    self.api("DELETE", f"/api/sessions/{session['id']}")
+
+    def start_kernel(self, path: str) -> None:
+        """Start the kernel session of the notebook ``path`` now, before a page opens it: Lab
+        connects the notebook to the session of its path instead of starting one, so the
+        kernel boots while the test does other things. The server's own kernel, with its
+        environment (its CPU profile), as when Lab starts it."""
+        self.api("POST", "/api/sessions", {"path": path, "name": Path(path).name, "type": "notebook",
+                                           "kernel": {"name": "python3"}})
 
     def log_tail(self, n: int = 30) -> str:
         try:
@@ -197,7 +210,8 @@ def lab(tmp_path_factory):
 
     # its kernels compute as that CPU would: the learner's hour holds their outputs to the stored ones
     env = {**_environment(tmp), **CPU_PROFILES[BROWSER_PROFILE]}
-    with serve_lab(root, env, tmp / "lab.log") as server:
+    # window.jupyterapp: a test can open a notebook in a Lab page already loaded (open_in_lab)
+    with serve_lab(root, env, tmp / "lab.log", ("--LabApp.expose_app_in_browser=True",)) as server:
         yield server
 
 
@@ -291,7 +305,10 @@ CURRENT = ".jp-NotebookPanel:not(.lm-mod-hidden)"  # the notebook tab on show (L
 
 def open_notebook(page, lab: Lab, name: str, *, app: str = "lab") -> None:
     """Open ``name`` in JupyterLab (``app="lab"``) or in Notebook 7 (``app="notebook"``, the
-    same server's ``/notebooks/`` page) and wait until its kernel is connected and idle."""
+    same server's ``/notebooks/`` page) and wait until its kernel is connected and idle. The
+    kernel is started first (:meth:`Lab.start_kernel`), so it boots while the page loads."""
+    if not any(session["path"] == name for session in lab.api("GET", "/api/sessions") or []):
+        lab.start_kernel(name)
     if app == "lab":
         page.goto(lab.url(f"/lab/tree/{name}?reset"))  # ?reset: no tab of an earlier test comes back
     elif app == "notebook":
@@ -300,6 +317,28 @@ def open_notebook(page, lab: Lab, name: str, *, app: str = "lab") -> None:
         raise ValueError(f"app={app!r}: use 'lab' (JupyterLab) or 'notebook' (Notebook 7)")
     page.locator(CURRENT + " .jp-Notebook").wait_for(state="visible", timeout=60_000)
     wait_idle(page, timeout=60_000)
+
+
+def load_lab(page, lab: Lab) -> None:
+    """Load JupyterLab (no notebook open, the default layout) and wait until it is restored."""
+    page.goto(lab.url("/lab?reset"))
+    page.wait_for_function("() => !!window.jupyterapp", timeout=60_000)
+    page.evaluate("() => window.jupyterapp.restored.then(() => true)")
+
+
+def open_in_lab(page, name: str) -> None:
+    """Open ``name`` in the Lab page of :func:`load_lab` (no page load) and wait until its
+    kernel is connected and idle; :func:`close_all` closes it again."""
+    page.evaluate("(path) => window.jupyterapp.commands.execute('docmanager:open', {path, factory: 'Notebook'})"
+                  ".then(() => true)", name)
+    page.locator(CURRENT + " .jp-Notebook").wait_for(state="visible", timeout=60_000)
+    wait_idle(page, timeout=60_000)
+
+
+def close_all(page) -> None:
+    """Close every tab of the Lab page of :func:`load_lab`, unsaved changes discarded (no dialog)."""
+    page.evaluate("() => { for (const w of Array.from(window.jupyterapp.shell.widgets('main'))) w.dispose(); }")
+    page.locator(".jp-NotebookPanel").first.wait_for(state="detached")
 
 
 # Notebook 7 has no status bar. Its kernel status label (top right) stays blank and unstyled

@@ -16,13 +16,14 @@ outputs in every cell that is not an exercise (compared as nbval compares them).
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from .conftest import ARTIFACTS, CURRENT, ROOT, fresh_page, open_notebook
+from .conftest import ARTIFACTS, CURRENT, ROOT, close_all, load_lab, open_in_lab
 
 pytestmark = pytest.mark.browser
 
@@ -75,35 +76,55 @@ CELL_REPORT = """() => {
 }"""
 
 
-SETTLED = """() => {
+# Run All has finished: the kernel is idle, no cell is queued, and every code cell has its
+# count (or hides its input). Or Run All stopped at a cell showing an error that is not tagged
+# raises-exception (Run All goes on past those): then it has stayed so for a second, and the
+# report says where it stopped. Lab may leave the kernel idle a moment between two cells of a
+# Run All, so a calm moment alone does not say Run All has ended.
+FINISHED = """(raising) => {
     const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
-    const busy = [...panel.querySelectorAll('.jp-InputArea .jp-InputPrompt')]
-        .some(p => p.textContent.includes('*'));
+    const cells = [...panel.querySelectorAll('.jp-CodeCell')];
+    const prompts = cells.map(cell => {
+        const prompt = cell.querySelector('.jp-InputArea .jp-InputPrompt');
+        return cell.querySelector('.jp-InputPlaceholder') ? 'hidden' : (prompt ? prompt.textContent : '');
+    });
     const idle = [...document.querySelectorAll('.jp-StatusBar-TextItem')]
         .some(s => /\\|\\s*Idle\\s*$/.test(s.textContent));
-    return idle && !busy;
+    if (!idle || prompts.some(p => p.includes('*'))) { window._calmSince = null; return false; }
+    if (prompts.every(p => p === 'hidden' || /\\[\\d+\\]/.test(p))) return true;
+    const stray = cells.some((cell, i) => !raising.includes(i) && cell.querySelector(
+        '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]'));
+    if (!stray) { window._calmSince = null; return false; }
+    window._calmSince = window._calmSince || performance.now();
+    return performance.now() - window._calmSince > 1000;
+}"""
+
+# Every widget view of the outputs is drawn: each widget-view output holds its view, and every
+# picture in an output has loaded.
+DRAWN = """() => {
+    const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+    const outputs = [...panel.querySelectorAll(
+        '.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.widget-view+json"]')];
+    return outputs.every(o => o.childElementCount > 0)
+        && [...panel.querySelectorAll('.jp-OutputArea-output img')].every(img => img.complete);
 }"""
 
 
-def run_all_to_the_end(page, timeout_s: float = 120) -> None:
-    """Run > Run All Cells, then wait until the kernel is idle with no cell queued for a
-    second on end (Run All goes on past a cell tagged raises-exception, and a widget cell may
-    keep the kernel busy a moment after its count appears)."""
-    import time
+def run_all_to_the_end(page, raising: set[int], timeout_s: float = 120) -> None:
+    """Run > Run All Cells, then wait until Run All has finished (``FINISHED``; ``raising``:
+    the code cells tagged raises-exception) and every widget picture is drawn (``DRAWN``)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+    page.evaluate("() => { window._calmSince = null; }")
     page.locator(".lm-MenuBar-item", has_text=re.compile(r"^\s*Run\s*$")).click()
     page.locator(".lm-Menu-item:visible", has_text=re.compile(r"^\s*Run All Cells\s*$")).click()
-    deadline, calm_since = time.monotonic() + timeout_s, None
-    page.wait_for_timeout(500)
-    while time.monotonic() < deadline:
-        if page.evaluate(SETTLED):
-            calm_since = calm_since or time.monotonic()
-            if time.monotonic() - calm_since > 1.0:
-                return
-        else:
-            calm_since = None
-        page.wait_for_timeout(100)
-    raise AssertionError(f"Run All did not finish within {timeout_s} s")
+    try:
+        page.wait_for_function(FINISHED, arg=sorted(raising), timeout=timeout_s * 1000, polling=100)
+        page.wait_for_function(DRAWN, timeout=10_000, polling="raf")
+    except PlaywrightTimeout:
+        ran = [c["ran"] for c in page.evaluate(CELL_REPORT)]
+        raise AssertionError(f"Run All did not finish within {timeout_s} s (code cells not run: "
+                             f"{[i for i, r in enumerate(ran) if not r][:10]})") from None
 
 
 LEGIBILITY = """() => {
@@ -121,16 +142,66 @@ LEGIBILITY = """() => {
 }"""
 
 
+@pytest.fixture(scope="module")
+def loaded_lab(browser, lab):
+    """One browser context at 1366x768 with JupyterLab loaded, for every lesson of this file
+    (each test opens its lesson in it and closes it after: no page load per lesson)."""
+    lab.delete_sessions()
+    context = browser.new_context(viewport=LAPTOP)
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    try:
+        load_lab(page, lab)
+        yield page
+    finally:
+        with contextlib.suppress(Exception):
+            context.close()
+        lab.delete_sessions()
+
+
+def lesson_of(item) -> Path | None:
+    callspec = getattr(item, "callspec", None)
+    return callspec.params.get("source") if callspec and item.module.__name__ == __name__ else None
+
+
 @pytest.fixture
-def laptop(browser, lab, request):
-    yield from fresh_page(browser, lab, request, LAPTOP, prefix="learner-hour-")
+def laptop(loaded_lab, lab, request):
+    """The loaded Lab page with no tab open and this lesson's kernel started (the next
+    lesson's too, so it boots while this one runs). After the test: its tab closed, its
+    kernel shut down; on a failure a full-page screenshot in test-artifacts/ and Lab loaded
+    afresh for the next lesson."""
+    lesson = lesson_of(request.node)
+    items = request.session.items
+    later = [lesson_of(item) for item in items[items.index(request.node) + 1:]]
+    running = {session["path"] for session in lab.api("GET", "/api/sessions") or []}
+    for source in [lesson, *[p for p in later if p][:1]]:
+        if source.name not in running:
+            lab.start_kernel(source.name)
+    try:
+        yield loaded_lab
+    finally:
+        report = getattr(request.node, "rep_call", None)
+        failed = report is None or report.failed
+        if failed:
+            ARTIFACTS.mkdir(exist_ok=True)
+            name = "learner-hour-" + re.sub(r"[^\w.-]+", "_", request.node.name)
+            with contextlib.suppress(Exception):
+                loaded_lab.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+                print(f"screenshot: {ARTIFACTS / f'{name}.png'}")
+        try:
+            close_all(loaded_lab)
+        except Exception:
+            failed = True
+        lab.delete_sessions(lesson.name)
+        if failed:
+            load_lab(loaded_lab, lab)
 
 
 @pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_a_lesson_run_all_with_the_solutions_pasted_in(laptop, lab, source):
     name, raising, checks = pasted_workbook_lesson(source, lab.root)
-    open_notebook(laptop, lab, name)
-    run_all_to_the_end(laptop)
+    open_in_lab(laptop, name)
+    run_all_to_the_end(laptop, raising)
     cells = laptop.evaluate(CELL_REPORT)
     ARTIFACTS.mkdir(exist_ok=True)
     laptop.screenshot(path=str(ARTIFACTS / f"learner-hour-{source.stem}.png"))
