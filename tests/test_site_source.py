@@ -42,7 +42,8 @@ def test_a_lesson_s_site_copy(path):
         if "colab-setup" in tags(before):
             assert "remove-cell" in tags(after)
         elif "solution" in tags(before):
-            assert "hide-input" in tags(after) and after["metadata"]["mystnb"]["code_prompt_show"] == "Show the solution"
+            assert "hide-input" in tags(after)
+            assert after["metadata"]["mystnb"]["code_prompt_show"] == "Show the solution"
         else:
             assert not {"hide-input", "remove-cell", "hide-output", "remove-output"} & set(tags(after)), \
                 "only the set-up cell is hidden and only solutions are folded: verdicts and checks stay visible"

@@ -108,7 +108,8 @@ def test_every_page_loads_clean_and_every_internal_link_exists(site, served, bro
                     known = ids.setdefault(str(target), ids_in(target))
                     assert parsed.fragment in known, f"{name}: the link {href!r}: no #{parsed.fragment} on its page"
             if name in lessons:
-                assert page.locator(".bd-sidebar-secondary .toc-entry a").count() >= 3, f"{name}: no table of contents beside the lesson"
+                toc = page.locator(".bd-sidebar-secondary .toc-entry a")
+                assert toc.count() >= 3, f"{name}: no table of contents beside the lesson"
             assert not problems, f"{name}:\n" + "\n".join(problems)
     finally:
         context.close()
