@@ -9,6 +9,8 @@
     python3 course.py doctor    # check the environment and say what to fix
     python3 course.py student OUTDIR   # write the student edition (solutions removed)
     python3 course.py compat    # every lesson and the library tests on other torch and transformers releases
+    python3 course.py site      # the course's website, built offline from the stored outputs
+                                # into build/site (open: python3 -m http.server -d build/site)
     python3 course.py setup     # only create/update .venv (what lab and test do first)
 
 Extra arguments after the command go to jupyter lab / pytest / the tool. The environment
@@ -52,7 +54,7 @@ ROOT = Path(__file__).resolve().parent
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 NOTEBOOKS = ROOT / "notebooks"
 WORKBOOK = ROOT / "workbook"  # the learner's copies of the lessons (hooktutor/course/workbook.py)
-EXTRAS = "lab,test"
+EXTRAS = "lab,test,site"  # site: Sphinx, MyST-NB, sphinx-book-theme (the website and its test)
 MIN_PYTHON = (3, 10)
 
 
@@ -377,7 +379,7 @@ def main(argv: list[str]) -> int:
         return cmd_test(rest)
     if command == "regen":
         return cmd_regen(rest)
-    if command in {"doctor", "student"}:
+    if command in {"doctor", "student", "site"}:
         return cmd_tool(command, rest)
     if command == "compat":
         return cmd_compat(rest)

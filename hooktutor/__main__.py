@@ -11,7 +11,7 @@ import sys
 def main(argv: list[str]) -> int:
     usage = ("usage: hooktutor lab [FOLDER] | workbook FOLDER | lab-config FOLDER | doctor\n"
              "                 | regen NOTEBOOK... | student OUTDIR | answers [--write] | mutants [KEY...]\n"
-             "                 | links [--write]\n"
+             "                 | links [--write] | site [--out DIR]\n"
              "       (python -m hooktutor ... is the same command)\n"
              "  lab      write the learner's workbook into FOLDER (default ./hooktutor-workbook), then open\n"
              "           JupyterLab on it (needs pip install \"hooktutor[lab]\")\n"
@@ -26,7 +26,9 @@ def main(argv: list[str]) -> int:
              "  mutants  mutate every exercise's solution, run each mutant through its check, print the\n"
              "           kill rate per exercise and the survivors\n"
              "  links    compare (--write: rewrite) every link to the course's public home, its badges and\n"
-             "           install commands with [project.urls] of pyproject.toml, their one source")
+             "           install commands with [project.urls] of pyproject.toml, their one source\n"
+             "  site     build the course's website offline from the stored outputs into build/site\n"
+             "           (needs the site extra)")
     if not argv or argv[0] in {"-h", "--help"}:
         print(usage)
         return 0
@@ -63,6 +65,9 @@ def main(argv: list[str]) -> int:
     if command == "links":
         from .course.links import main as links
         return links(rest)
+    if command == "site":
+        from .course.site import main as site
+        return site(rest)
     print(f"unknown command {command!r}\n{usage}", file=sys.stderr)
     return 2
 

@@ -84,10 +84,11 @@ def test_the_wheel_is_built_and_published_by_trusted_publishing_on_a_tag():
 
 
 def test_the_pages_job_runs_the_site_command_and_waits_for_it():
-    """`python3 course.py site` comes with issue 27 item 1: until then the job is off (a variable)."""
+    """`python3 course.py site` (issue 27 item 1) builds the site; the job deploys it from main."""
     jobs = workflow()["jobs"]
     assert "python3 course.py site" in steps(jobs["pages"])
-    assert "vars.SITE == 'on'" in jobs["pages"]["if"]
+    assert "vars.SITE" not in jobs["pages"]["if"], "the site command exists: the pages job is on"
+    assert "refs/heads/main" in jobs["pages"]["if"]
     assert "actions/deploy-pages" in steps(jobs["deploy-pages"])
     assert jobs["deploy-pages"]["permissions"] == {"pages": "write", "id-token": "write"}
     assert "issue 27 item 1" in WORKFLOW.read_text()

@@ -1,0 +1,146 @@
+"""The course's website (`python3 course.py site`, hooktutor/course/site.py) in headless Chromium.
+
+Built once per session into a temporary folder, offline, and served by ``python -m http.server``
+on 127.0.0.1: every page at 1366x768 loads with no console error and no failed request (a CDN
+script, a missing picture or font would be one), every internal link and anchor leads somewhere
+that exists, each widget's static pictures are on its page, and Sphinx's search finds a hook API
+by name. The site's copies of the lessons: tests/test_site_source.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, free_port, unavailable
+
+pytestmark = pytest.mark.browser
+
+VIEWPORT = {"width": 1366, "height": 768}
+SEARCHED = "register_full_backward_hook"  # a hook API the lessons teach (04)
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory):
+    """The built site's folder (the command the README names, into a temporary folder)."""
+    from hooktutor.course.site import sphinx_missing
+
+    why = sphinx_missing()
+    if why:
+        unavailable(why)
+    out = tmp_path_factory.mktemp("site") / "site"
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "hooktutor", "site", "--out", str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, f"the site did not build:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    print(f"site built in {time.monotonic() - start:.1f} s")
+    return out
+
+
+@pytest.fixture(scope="session")
+def served(site):
+    """``http://127.0.0.1:PORT`` serving the site."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                             "--directory", str(site)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(base + "/index.html", timeout=2).close()
+                break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    pytest.fail("python -m http.server did not serve the site within 20 s", pytrace=False)
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+
+def ids_in(path: Path) -> set[str]:
+    return set(re.findall(r'\sid="([^"]+)"', path.read_text(encoding="utf-8")))
+
+
+LINKS = """() => [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'))"""
+BROKEN_IMAGES = """() => [...document.querySelectorAll('img')]
+    .filter(img => !(img.complete && img.naturalWidth > 0)).map(img => img.getAttribute('src'))"""
+
+
+def test_every_page_loads_clean_and_every_internal_link_exists(site, served, browser):
+    pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html") if "_static" not in p.parts)
+    lessons = [p for p in pages if re.match(r"\d\d_", p)]
+    assert len(lessons) == len(list((ROOT / "notebooks").glob("*.ipynb"))) and "index.html" in pages
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    problems: list[str] = []
+    page.on("console", lambda m: m.type in ("error", "warning") and problems.append(f"console {m.type}: {m.text}"))
+    page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"failed request: {r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and problems.append(f"HTTP {r.status}: {r.url}"))
+    ids: dict[str, set[str]] = {}
+    try:
+        for name in pages:
+            page.goto(f"{served}/{name}", wait_until="load")
+            assert not page.evaluate(BROKEN_IMAGES), f"{name}: pictures that did not load"
+            for href in page.evaluate(LINKS):
+                parsed = urllib.parse.urlparse(href)
+                if parsed.scheme or href.startswith(("mailto:", "//")):
+                    continue  # external: not this site's
+                target = (site / name).parent / urllib.parse.unquote(parsed.path) if parsed.path else site / name
+                target = target.resolve()
+                if target.is_dir():
+                    target = target / "index.html"
+                assert target.is_file(), f"{name}: the link {href!r} leads nowhere"
+                if parsed.fragment and target.suffix == ".html":
+                    known = ids.setdefault(str(target), ids_in(target))
+                    assert parsed.fragment in known, f"{name}: the link {href!r}: no #{parsed.fragment} on its page"
+            if name in lessons:
+                toc = page.locator(".bd-sidebar-secondary .toc-entry a")
+                assert toc.count() >= 3, f"{name}: no table of contents beside the lesson"
+            assert not problems, f"{name}:\n" + "\n".join(problems)
+    finally:
+        context.close()
+
+
+def test_solutions_are_folded_and_widgets_pictured(site, served, browser):
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    try:
+        page.goto(f"{served}/01_tensor_hooks.html")
+        solution = page.locator("details", has_text="Show the solution").first
+        assert solution.get_attribute("open") is None, "a solution is folded"
+        hints = page.locator("details.hooktutor-hints").first
+        assert hints.get_attribute("open") is None and "Hint 1" in hints.inner_html()
+        fallback = page.locator(".hooktutor-fallback")
+        assert fallback.count() == 1 and "python3 course.py lab" in fallback.inner_text()
+        assert fallback.locator("img").count() == 2, "the toggle's view unticked and ticked"
+        assert page.locator(".hooktutor-check").count() >= 4, "the checks' reports are shown as stored"
+        assert page.get_by_text("Verdict: only when").first.is_visible()
+    finally:
+        context.close()
+
+
+def test_search_finds_a_hook_api(served, browser):
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    try:
+        page.goto(f"{served}/search.html?q={SEARCHED}")
+        results = page.locator("#search-results ul.search li")
+        results.first.wait_for(timeout=15_000)
+        hrefs = [a.get_attribute("href") for a in page.locator("#search-results ul.search li a").all()]
+        assert any(h and h.startswith("04_backward_hooks.html") for h in hrefs), hrefs
+    finally:
+        context.close()

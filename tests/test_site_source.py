@@ -1,0 +1,56 @@
+"""The website's copies of the lessons (hooktutor/course/site_source.py): what they fold, hide
+and drop, and that every stored output is kept byte for byte (nothing re-executed).
+The site itself, in a browser: tests/browser/test_site.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hooktutor.course.site_source import WIDGET_VIEW, lesson_table, prepare_lesson
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def tags(cell: dict) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def test_the_readme_table_lists_every_lesson():
+    stems = [lesson.stem for lesson in lesson_table((ROOT / "README.md").read_text(encoding="utf-8"))]
+    assert stems == [p.stem for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_lesson_s_site_copy(path):
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    site = prepare_lesson(stored, {i: f"pictures of cell {i}" for i, c in enumerate(stored["cells"])
+                                   if any(WIDGET_VIEW in o.get("data", {}) for o in c.get("outputs", []))})
+    assert "widgets" not in site["metadata"], "no widget state: a static page has no kernel"
+    originals = [c for c in site["cells"] if "id" in c and not c["id"].startswith("site-")]
+    assert len(originals) == len(stored["cells"]), "every cell of the lesson is on its page"
+    for before, after in zip(stored["cells"], originals):
+        assert after["source"] == before["source"]
+        if before["cell_type"] != "code":
+            continue
+        kept = [o for o in before["outputs"] if WIDGET_VIEW not in o.get("data", {})]
+        # byte for byte: what strict nbval compared is what the page shows
+        assert json.dumps(after["outputs"], sort_keys=True) == json.dumps(kept, sort_keys=True)
+        if "colab-setup" in tags(before):
+            assert "remove-cell" in tags(after)
+        elif "solution" in tags(before):
+            assert "hide-input" in tags(after)
+            assert after["metadata"]["mystnb"]["code_prompt_show"] == "Show the solution"
+        else:
+            assert not {"hide-input", "remove-cell", "hide-output", "remove-output"} & set(tags(after)), \
+                "only the set-up cell is hidden and only solutions are folded: verdicts and checks stay visible"
+    for index, cell in enumerate(site["cells"]):
+        if "hooktutor-hints" in tags(cell):
+            assert "<details" in cell["source"] and "Hint 1" in cell["source"]
+            assert "solution" in tags(site["cells"][index + 1]), "the hints come right before the answer cell"
+    solutions = sum("solution" in tags(c) for c in stored["cells"])
+    hints = sum("hooktutor-hints" in tags(c) for c in site["cells"])
+    assert hints == sum("check" in tags(c) for c in stored["cells"]) and (solutions == 0) == (hints == 0)
