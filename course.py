@@ -96,7 +96,8 @@ def _stamp(install: list[str]) -> str:
 
 
 def ensure_env(torch: str | None = None) -> Path:
-    """Create the virtual environment if missing and install the pinned versions into it.
+    """Create the virtual environment if missing and install the pinned versions into it, with
+    uv when it is found, else pip (hooktutor/course/installer.py; HOOKTUTOR_INSTALLER=pip|uv).
 
     With ``torch="2.1.2"``: a separate environment, .venv-torch-2.1.2, with that torch instead.
     """
@@ -105,9 +106,6 @@ def ensure_env(torch: str | None = None) -> Path:
                  f"{sys.version.split()[0]}. Run course.py with a newer python3.")
     where = venv_dir(torch)
     python = venv_bin("python", torch)
-    if not python.exists():
-        say(f"creating the {f'torch {torch}' if torch else 'course'} environment in {where}")
-        venv.EnvBuilder(with_pip=True, clear=False).create(where)
     if torch:
         install = compat_install(torch)
         what = f"torch {torch} and the test tools"
@@ -116,12 +114,21 @@ def ensure_env(torch: str | None = None) -> Path:
         what = "the pinned versions (torch 2.13.0 and the Jupyter stack)"
     stamp_file = where / ".hooktutor-stamp"
     stamp = _stamp(install)
-    if stamp_file.exists() and stamp_file.read_text().strip() == stamp:
+    if python.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
         return python
-    say(f"installing {what}; the first time this takes a few minutes")
-    cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *install]
-    if run(cmd) != 0:
-        sys.exit("[course] installing failed; see pip's message above. `python3 course.py doctor` "
+    installer = _installer.choose()
+    env = _installer.install_env(installer)
+    if not python.exists():
+        say(f"creating the {f'torch {torch}' if torch else 'course'} environment in {where}")
+        create = _installer.venv_command(installer, where)
+        if create is None:
+            venv.EnvBuilder(with_pip=True, clear=False).create(where)
+        elif run(create, env=env) != 0:
+            sys.exit(f"[course] uv could not create {where}; see its message above. "
+                     f"HOOKTUTOR_INSTALLER=pip python3 course.py {' '.join(sys.argv[1:])} uses pip instead.")
+    say(f"installing {what} with {installer.name} ({installer.why}); the first time this takes a few minutes")
+    if run(_installer.install_command(installer, python, install), env=env) != 0:
+        sys.exit(f"[course] installing failed; see {installer.name}'s message above. `python3 course.py doctor` "
                  "explains the usual causes (an old Python, no network to the package index).")
     stamp_file.write_text(stamp + "\n")
     return python
@@ -136,16 +143,21 @@ def notebooks() -> list[Path]:
 # nbgrader) and its command line live in hooktutor/course/lab.py, shared with the `hooktutor lab`
 # console script of the installed package. That file uses only the standard library, so it is
 # loaded here by path, before the course environment (and the package) is installed.
-def _load_lab_module():
+def _load_course_module(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("hooktutor_course_lab", ROOT / "hooktutor" / "course" / "lab.py")
+    spec = importlib.util.spec_from_file_location(f"hooktutor_course_{name}",
+                                                  ROOT / "hooktutor" / "course" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-_lab = _load_lab_module()
+_lab = _load_course_module("lab")
+# Which tool installs .venv (uv when found, else pip) and its command lines: standard library
+# only too, in hooktutor/course/installer.py.
+_installer = _load_course_module("installer")
 INSTRUCTOR_FLAG = _lab.INSTRUCTOR_FLAG
 lab_config = _lab.lab_config
 write_lab_config = _lab.write_lab_config
@@ -261,6 +273,8 @@ def cmd_compat(args: list[str]) -> int:
 
 def cmd_tool(sub: str, args: list[str]) -> int:
     python = ensure_env()
+    if sub == "doctor":
+        say(f"installs with {(chosen := _installer.choose()).name} ({chosen.why})")
     return run([python, "-m", "hooktutor", sub, *args])
 
 
