@@ -74,8 +74,8 @@ def test_uv_gets_pips_indexes_wheelhouse_certificate_and_timeout():
 
 
 def test_a_wheelhouse_without_index_and_another_default_index_are_passed_on():
-    options = uv_found(":env:.no-index='1'\n:env:.find-links='/media/usb/wheelhouse'\n").uv_options
-    assert options[2:] == ["--no-index", "--find-links", "/media/usb/wheelhouse"]
+    options = uv_found(PIP_CONFIG_LIST + ":env:.no-index='1'\n:env:.find-links='/media/usb/wheelhouse'\n").uv_options
+    assert options[2:] == ["--no-index", "--find-links", "/media/usb/wheelhouse", "--allow-insecure-host", "mirror.lan"]
     options = uv_found("global.index-url='https://mirror.lan/simple'\n").uv_options
     assert options[2:] == ["--default-index", "https://mirror.lan/simple"]
 

@@ -125,12 +125,13 @@ def translate_pip_config(settings: Mapping[str, str]) -> tuple[list[str], dict[s
     every index (uv's default takes a package from the first index that has it)."""
     options = ["--index-strategy", "unsafe-best-match"]
     variables: dict[str, str] = {}
-    if settings.get("no-index", "").lower() in TRUE:
+    if settings.get("no-index", "").lower() in TRUE:  # pip then ignores every index too
         options.append("--no-index")
-    if settings.get("index-url"):
-        options += ["--default-index", settings["index-url"]]
-    for url in settings.get("extra-index-url", "").split():
-        options += ["--index", url]
+    else:
+        if settings.get("index-url"):
+            options += ["--default-index", settings["index-url"]]
+        for url in settings.get("extra-index-url", "").split():
+            options += ["--index", url]
     for place in settings.get("find-links", "").split():
         options += ["--find-links", place]
     for host in settings.get("trusted-host", "").split():
