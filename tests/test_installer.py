@@ -125,3 +125,14 @@ def test_course_py_creates_and_installs_with_the_chosen_tool(monkeypatch, tmp_pa
     assert [cmd[:2] for cmd in ran] == [[UV, "venv"], [UV, "pip"]]
     assert ran[1][-4:] == ["-c", str(course.CONSTRAINTS), "-e", ".[lab,test]"]
     assert course.ensure_env() == python and len(ran) == 2  # the stamp: nothing to do the second time
+
+
+def test_course_py_doctor_says_which_installer(monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("hooktutor_course_script", ROOT / "course.py")
+    course = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(course)
+    monkeypatch.setattr(course, "ensure_env", lambda torch=None: Path(sys.executable))
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: 0)
+    monkeypatch.setattr(course._installer, "choose", lambda: installer.choose({}, uv=None))
+    assert course.cmd_tool("doctor", []) == 0
+    assert "[course] installs with pip (uv not found on PATH nor as the uv package" in capsys.readouterr().out
