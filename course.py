@@ -14,7 +14,8 @@
 Extra arguments after the command go to jupyter lab / pytest / the tool. The environment
 lives in .venv next to this file (set HOOKTUTOR_VENV to put it elsewhere). Exact versions
 come from requirements/constraints.txt; it is reinstalled only when that file or
-pyproject.toml changes.
+pyproject.toml changes. It is installed with uv when `uv` is on PATH (several times faster; it
+gets pip's indexes and wheelhouse), else with pip; HOOKTUTOR_INSTALLER=pip or =uv chooses.
 
 compat checks that the lessons hold on the torch a learner may have. For each release in
 COMPAT_TORCH (the oldest that pyproject.toml admits and the newest tested; override with
