@@ -16,7 +16,8 @@
 Extra arguments after the command go to jupyter lab / pytest / the tool. The environment
 lives in .venv next to this file (set HOOKTUTOR_VENV to put it elsewhere). Exact versions
 come from requirements/constraints.txt; it is reinstalled only when that file or
-pyproject.toml changes.
+pyproject.toml changes. It is installed with uv when `uv` is on PATH (several times faster; it
+gets pip's indexes and wheelhouse), else with pip; HOOKTUTOR_INSTALLER=pip or =uv chooses.
 
 compat checks that the lessons hold on the torch a learner may have. For each release in
 COMPAT_TORCH (the oldest that pyproject.toml admits and the newest tested; override with
@@ -150,10 +151,13 @@ def _stamp(install: list[str]) -> str:
 
 
 def ensure_env(torch: str | None = None, transformers: str | None = None) -> Path:
-    """Create the virtual environment if missing and install the pinned versions into it.
+    """Create the virtual environment if missing and install the pinned versions into it, with
+    uv when it is found, else pip (hooktutor/course/installer.py; HOOKTUTOR_INSTALLER=pip|uv).
 
     With ``torch="2.1.2"``: a separate environment, .venv-torch-2.1.2, with that torch instead;
-    with ``transformers="5.0.0"``: .venv-transformers-5.0.0, the pinned torch and that transformers.
+    with ``transformers="5.0.0"``: .venv-transformers-5.0.0, the pinned torch and that transformers
+    (always with pip: a release below the course's floor goes in a second step that pip allows
+    with a warning, and uv refuses).
     """
     if sys.version_info < MIN_PYTHON:
         sys.exit(f"hooktutor needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; this is "
@@ -161,9 +165,6 @@ def ensure_env(torch: str | None = None, transformers: str | None = None) -> Pat
     where = venv_dir(torch, transformers)
     python = venv_bin("python", torch, transformers)
     kind = f"transformers {transformers}" if transformers else f"torch {torch}" if torch else "course"
-    if not python.exists():
-        say(f"creating the {kind} environment in {where}")
-        venv.EnvBuilder(with_pip=True, clear=False).create(where)
     steps = None
     if transformers:
         steps = transformers_install(transformers)
@@ -177,14 +178,24 @@ def ensure_env(torch: str | None = None, transformers: str | None = None) -> Pat
         what = "the pinned versions (torch 2.13.0 and the Jupyter stack)"
     stamp_file = where / ".hooktutor-stamp"
     stamp = _stamp(install)
-    if stamp_file.exists() and stamp_file.read_text().strip() == stamp:
+    if python.exists() and stamp_file.exists() and stamp_file.read_text().strip() == stamp:
         return python
-    say(f"installing {what}; the first time this takes a few minutes")
-    codes = [run([python, "-m", "pip", "install", "--disable-pip-version-check", "-q", *step])
-             for step in (steps or [install])]
-    if any(codes):
-        sys.exit("[course] installing failed; see pip's message above. `python3 course.py doctor` "
-                 "explains the usual causes (an old Python, no network to the package index).")
+    installer = (_installer.Installer("pip", "a transformers environment takes two pip steps")
+                 if steps else _installer.choose())
+    env = _installer.install_env(installer)
+    if not python.exists():
+        say(f"creating the {kind} environment in {where}")
+        create = _installer.venv_command(installer, where)
+        if create is None:
+            venv.EnvBuilder(with_pip=True, clear=False).create(where)
+        elif run(create, env=env) != 0:
+            sys.exit(f"[course] uv could not create {where}; see its message above. "
+                     f"HOOKTUTOR_INSTALLER=pip python3 course.py {' '.join(sys.argv[1:])} uses pip instead.")
+    say(f"installing {what} with {installer.name} ({installer.why}); the first time this takes a few minutes")
+    for step in steps or [install]:
+        if run(_installer.install_command(installer, python, step), env=env) != 0:
+            sys.exit(f"[course] installing failed; see {installer.name}'s message above. `python3 course.py "
+                     "doctor` explains the usual causes (an old Python, no network to the package index).")
     stamp_file.write_text(stamp + "\n")
     return python
 
@@ -198,16 +209,21 @@ def notebooks() -> list[Path]:
 # nbgrader) and its command line live in hooktutor/course/lab.py, shared with the `hooktutor lab`
 # console script of the installed package. That file uses only the standard library, so it is
 # loaded here by path, before the course environment (and the package) is installed.
-def _load_lab_module():
+def _load_course_module(name: str):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("hooktutor_course_lab", ROOT / "hooktutor" / "course" / "lab.py")
+    spec = importlib.util.spec_from_file_location(f"hooktutor_course_{name}",
+                                                  ROOT / "hooktutor" / "course" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-_lab = _load_lab_module()
+_lab = _load_course_module("lab")
+# Which tool installs .venv (uv when found, else pip) and its command lines: standard library
+# only too, in hooktutor/course/installer.py.
+_installer = _load_course_module("installer")
 INSTRUCTOR_FLAG = _lab.INSTRUCTOR_FLAG
 lab_config = _lab.lab_config
 write_lab_config = _lab.write_lab_config
@@ -365,6 +381,8 @@ def cmd_compat(args: list[str]) -> int:
 
 def cmd_tool(sub: str, args: list[str]) -> int:
     python = ensure_env()
+    if sub == "doctor":
+        say(f"installs with {(chosen := _installer.choose()).name} ({chosen.why})")
     return run([python, "-m", "hooktutor", sub, *args])
 
 
