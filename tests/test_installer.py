@@ -123,7 +123,7 @@ def test_course_py_creates_and_installs_with_the_chosen_tool(monkeypatch, tmp_pa
     monkeypatch.setattr(course._installer, "choose", lambda: uv_found())
     python = course.ensure_env()
     assert [cmd[:2] for cmd in ran] == [[UV, "venv"], [UV, "pip"]]
-    assert ran[1][-4:] == ["-c", str(course.CONSTRAINTS), "-e", ".[lab,test]"]
+    assert ran[1][-4:] == ["-c", str(course.CONSTRAINTS), "-e", f".[{course.EXTRAS}]"]
     assert course.ensure_env() == python and len(ran) == 2  # the stamp: nothing to do the second time
 
 
