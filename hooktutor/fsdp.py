@@ -13,6 +13,7 @@ saw, the gradient shard of each rank, and what happens when FSDP2's hooks are ta
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -49,11 +50,13 @@ def fsdp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, A
     """One rank of the lesson's experiment (run it with ``distributed.run``); returns plain data.
 
     ``fsdp_rows``: ``(module, kind of hook, owner)`` of every hook FSDP2 installed;
-    ``saw``: what each of your hooks on ``fc1`` saw of ``fc1.weight`` (a forward pre-hook, a
-    forward hook, a forward hook registered with ``prepend=True``, a full backward hook) or of
-    its gradient (a tensor hook and a post-accumulate-grad hook on the parameter itself);
+    ``saw``: what each of your hooks saw of the weight of its layer (forward pre-hooks and
+    forward hooks on ``fc1``, registered after ``fully_shard`` with and without ``prepend=True``;
+    full backward hooks on ``fc2`` and on ``fc1``, whose input needs no grad) or of the gradient
+    of ``fc1.weight`` (a tensor hook and a post-accumulate-grad hook on the parameter itself);
     ``grad``: ``fc1.weight.grad`` as this rank holds it (its shard) and as all ranks hold it
-    together (``full_tensor()``); ``removed``: what ``remove_hooks(model)`` removed and left;
+    together (``full_tensor()``); ``removed``: what ``remove_hooks(model)`` listed, removed and
+    left, with one hook of yours on ``fc2``;
     ``cleared``: the error of a forward after every hook dict is cleared by hand.
     """
     torch.manual_seed(seed)
@@ -66,31 +69,41 @@ def fsdp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, A
     def note(key: str, value: str) -> None:
         saw.setdefault(key, value)   # the first call's view
 
-    fc1 = model.fc1
+    fc1, fc2 = model.fc1, model.fc2
     weight = fc1.weight              # the sharded parameter, as the model holds it between calls
     handles = [
         fc1.register_forward_pre_hook(lambda m, args: note("forward pre-hook", describe(m.weight))),
+        fc1.register_forward_pre_hook(lambda m, args: note("forward pre-hook, prepend=True",
+                                                           describe(m.weight)), prepend=True),
         fc1.register_forward_hook(lambda m, args, out: note("forward hook", describe(m.weight))),
         fc1.register_forward_hook(lambda m, args, out: note("forward hook, prepend=True",
                                                             describe(m.weight)), prepend=True),
-        fc1.register_full_backward_hook(lambda m, gin, gout: note("full backward hook",
+        fc2.register_full_backward_hook(lambda m, gin, gout: note("full backward hook on fc2",
+                                                                   describe(m.weight))),
+        fc1.register_full_backward_hook(lambda m, gin, gout: note("full backward hook on fc1",
                                                                    describe(m.weight))),
         weight.register_hook(lambda grad: note("tensor hook on the parameter", describe(grad))),
         weight.register_post_accumulate_grad_hook(
             lambda p: note("post-accumulate-grad hook", describe(p.grad))),
     ]
-    x, y = local_batch(rank)
+    x, y = local_batch(rank)         # a batch as a data loader gives it: it needs no grad
     try:
-        nn.functional.cross_entropy(model(x.requires_grad_()), y).backward()
+        with warnings.catch_warnings():  # fc1's full backward hook: its input needs no grad
+            warnings.filterwarnings("ignore", "Full backward hook is firing")
+            nn.functional.cross_entropy(model(x), y).backward()
     finally:
         for handle in handles:
             handle.remove()
     result["saw"] = saw
     result["grad"] = {"this rank": weight.grad.to_local().clone(),
                       "all ranks": weight.grad.full_tensor().clone(), "describe": describe(weight.grad)}
+    mine = fc2.register_forward_hook(lambda m, args, out: None)    # one hook of yours
+    listed = list_hooks(model)
     removed = remove_hooks(model)
-    result["removed"] = {"removed": int(removed), "left": len(removed.left),
-                         "left owners": sorted({row.owner_label for row in removed.left})}
+    result["removed"] = {"listed": len(listed), "yours listed": sum(r.owner == "user" for r in listed),
+                         "removed": int(removed), "left": len(removed.left),
+                         "left owners": sorted({row.owner_label for row in removed.left}),
+                         "yours gone": mine.id not in fc2._forward_hooks}
     model.zero_grad()
     nn.functional.cross_entropy(model(x), y).backward()   # FSDP2's hooks are still there: it works
     result["after remove_hooks"] = describe(model.fc1.weight.grad)
