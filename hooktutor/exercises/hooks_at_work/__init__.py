@@ -1,0 +1,5 @@
+"""Exercises of ``13_hooks_at_work.ipynb``, one file each (in the order the lesson asks for them)."""
+
+from .amp_dtypes import exercise as amp_dtypes
+
+__all__ = ["amp_dtypes"]
