@@ -1,5 +1,6 @@
 """Exercises of ``13_hooks_at_work.ipynb``, one file each (in the order the lesson asks for them)."""
 
 from .amp_dtypes import exercise as amp_dtypes
+from .per_sample_norms import exercise as per_sample_norms
 
-__all__ = ["amp_dtypes"]
+__all__ = ["amp_dtypes", "per_sample_norms"]
