@@ -1,6 +1,7 @@
 """Exercises of ``13_hooks_at_work.ipynb``, one file each (in the order the lesson asks for them)."""
 
 from .amp_dtypes import exercise as amp_dtypes
+from .conv_absmax import exercise as conv_absmax
 from .per_sample_norms import exercise as per_sample_norms
 
-__all__ = ["amp_dtypes", "per_sample_norms"]
+__all__ = ["amp_dtypes", "per_sample_norms", "conv_absmax"]
