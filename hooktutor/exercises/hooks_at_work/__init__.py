@@ -2,6 +2,7 @@
 
 from .amp_dtypes import exercise as amp_dtypes
 from .conv_absmax import exercise as conv_absmax
+from .leak_free_logger import exercise as leak_free_logger
 from .per_sample_norms import exercise as per_sample_norms
 
-__all__ = ["amp_dtypes", "per_sample_norms", "conv_absmax"]
+__all__ = ["amp_dtypes", "per_sample_norms", "conv_absmax", "leak_free_logger"]

@@ -95,6 +95,9 @@ exercise = Exercise(
         "all the Linears' parameters, then take the square root once.",
     ],
     solution=per_sample_norms,
+    # an answer that uses torch.func.grad (the way this exercise is not) imports torch._dynamo on its
+    # first call, about 2.6 s: its first check must still reach the case that says why it is rejected
+    time_limit=5.0,
     equivalent_mutants={
         "number@7: 0 -> -1": "nn.Linear's forward takes one argument: args has one entry, args[-1] is args[0]",
         "number@11: 0 -> -1": "a Linear has one output: grad_output has one entry, grad_output[-1] is grad_output[0]",
