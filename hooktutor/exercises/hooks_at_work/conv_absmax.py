@@ -90,8 +90,8 @@ exercise = Exercise(
     maximum; a list of every activation max'ed at the end, which grows with the calibration set
     (the point of streaming statistics in hooks is that it does not); `view` on a channels-last
     input; no `torch.no_grad()`, so every statistic holds the autograd graph; hooks left when the
-    model raises. Ask which statistic a quantizer needs for a conv's weights' input scale (this
-    one) and which hook gives it (a pre-hook).""",
+    model raises. Ask which statistic a quantizer needs to scale a conv's input
+    (this one) and which hook sees that input (a pre-hook).""",
 )
 
 

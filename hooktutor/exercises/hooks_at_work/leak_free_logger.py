@@ -61,9 +61,7 @@ exercise = Exercise(
     solution=log_output_norms,
     guide="""appending the output or `output.norm()` (a tensor that holds the step's graph: over a
     run, every step's activations stay alive); `output.norm().detach()` (no graph, so not that
-    leak: ask whether a list of tensors or of floats is what a logger wants, and note that on a GPU
-    `.item()` waits for the GPU, so loggers there keep detached tensors and convert them in
-    batches); a hook that refers to `layer` (a closure, or a bound method of an object that keeps
+    leak, and rejected only because the task asks for floats: ask what a logger's reader wants); a hook that refers to `layer` (a closure, or a bound method of an object that keeps
     the layer): a reference cycle through `layer._forward_hooks`, freed only by the cycle
     collector; a list shared by every call (a global); a memo that returns the first logger again
     for the same layer.""",
