@@ -61,8 +61,9 @@ exercise = Exercise(
     solution=log_output_norms,
     guide="""appending the output or `output.norm()` (a tensor that holds the step's graph: over a
     run, every step's activations stay alive); `output.norm().detach()` (no graph, so not that
-    leak, and rejected only because the task asks for floats: ask what a logger's reader wants); a hook that refers to `layer` (a closure, or a bound method of an object that keeps
-    the layer): a reference cycle through `layer._forward_hooks`, freed only by the cycle
+    leak, and rejected only because the task asks for floats: ask what a logger's reader wants);
+    a hook that refers to `layer` (a closure, or a bound method of an object that keeps the
+    layer): a reference cycle through `layer._forward_hooks`, freed only by the cycle
     collector; a list shared by every call (a global); a memo that returns the first logger again
     for the same layer.""",
 )

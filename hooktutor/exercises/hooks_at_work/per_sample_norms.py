@@ -178,7 +178,8 @@ def _expect_norms(t: Tester, got: object, ref: _Reference, what: str) -> None:
     t.expect_type(got, torch.Tensor, what=what, nudge="return one norm per example, as a 1-D tensor")
     kit.expect_detached(t, got, what=what)
     t.expect(got.dtype == ref.dtype, what=f"{what}.dtype", expected=ref.dtype, got=got.dtype, nudge=(
-        "compute in the gradients' dtype: a float32 tensor of your own loses the float64 model's precision"))
+        "return the norms in the gradients' dtype, the model's: build nothing of your own in another dtype (a "
+        "float32 accumulator loses a float64 model's precision)"))
     # the reference adds up the same products in another order: float32 rounding is about 1e-7 of the
     # norm; 1e-4 relative is far below what each mistake changes (the bias alone, a second use: 1e-2 and
     # more here; the mean: a factor of the batch size). float64: 1e-10
