@@ -85,8 +85,9 @@ exercise = Exercise(
           "uses. Remove every hook in a finally:; keep nothing across calls; the result is in the model's "
           "dtype and holds no autograd graph"),
     hints=[
-        "For a Linear y = a @ W.T + b, example n's gradient is W: g[n].T @ a[n] (shape out x in) and b: g[n], "
-        "with g = grad_output[0] and a the input the forward hook kept: torch.einsum('no,ni->noi', g, a).",
+        "For a Linear y = a @ W.T + b, example n's gradient of W is the outer product of g[n] and a[n] (shape "
+        "out x in), of b it is g[n], with g = grad_output[0] and a the input the forward hook kept: "
+        "torch.einsum('no,ni->noi', g, a) gives them all at once.",
         "A Linear called twice fires its forward hook twice, then its backward hook twice in reverse order: "
         "keep a list of inputs per Linear and pop() the last one in the backward hook; add up both uses' "
         "gradients. For (batch, positions, features) inputs reshape to (batch, -1, features) and let einsum "
