@@ -68,7 +68,8 @@ exercise = Exercise(
           "of (N, C, H, W) tensors, a generator or a DataLoader: take one at a time) and returns a dict: the "
           "conv's qualified name (from named_modules()) -> a tensor of shape (in_channels,), the largest "
           "absolute value of the conv's input in each input channel (dim 1), over every batch and every call. "
-          "Keep a running maximum, updated per call: never the activations themselves. The values stay in the "
+          "Keep one running maximum per conv, updated on every call: no list of activations or of per-call "
+          "maxima (a calibration set can be large). The values stay in the "
           "input's dtype (abs and max are exact in any dtype). Remove the hooks in a finally:; leave the model "
           "as you found it"),
     hints=[

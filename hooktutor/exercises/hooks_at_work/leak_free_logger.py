@@ -152,6 +152,7 @@ def _(answer, t: Tester) -> None:
 
 @exercise.case("del model frees the layer while the hook is attached (the cycle collector switched off)")
 def _(answer, t: Tester) -> None:
+    # the model is not tracked (t.track would hold it): a hook left on it dies with it, which is the point
     was_on = gc.isenabled()
     gc.disable()   # what reference counting frees, without the cycle collector's help
     try:
