@@ -3,7 +3,8 @@
 Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - detached: appends the output tensor, or ``output.norm()`` without ``.item()``: each entry holds
-  the autograd graph of its step (and every activation it saved), so memory grows step by step;
+  the autograd graph of its step (its nodes, and until a backward pass frees them, every activation
+  the step saved), so memory grows step by step;
 - ``output.norm().detach()``: no graph, so no leak of the graph, but a tensor per step where the
   task asks for Python floats (rejected, with a message that says the graph is not the problem);
 - reference cycles: the hook refers to ``layer`` (a closure over it, or a bound method of a
@@ -51,7 +52,8 @@ exercise = Exercise(
           "independent lists"),
     hints=[
         "output.norm() is a 0-dim tensor that is part of the step's autograd graph: storing it keeps the graph "
-        "(and every activation it saved) alive. .item() gives a Python float.",
+        "(its nodes; on a pass without backward(), every activation it saved too) alive. .item() gives a "
+        "Python float.",
         "Inside the hook, use the `module` argument it receives, never `layer` from the enclosing function: a "
         "hook that refers to its layer makes a reference cycle (layer -> its hooks -> the hook -> layer) that "
         "plain reference counting cannot free.",
@@ -59,13 +61,13 @@ exercise = Exercise(
         "return (the list, layer.register_forward_hook(hook)).",
     ],
     solution=log_output_norms,
-    guide="""appending the output or `output.norm()` (a tensor that holds the step's graph: over a
-    run, every step's activations stay alive); `output.norm().detach()` (no graph, so not that
-    leak, and rejected only because the task asks for floats: ask what a logger's reader wants);
-    a hook that refers to `layer` (a closure, or a bound method of an object that keeps the
-    layer): a reference cycle through `layer._forward_hooks`, freed only by the cycle
-    collector; a list shared by every call (a global); a memo that returns the first logger again
-    for the same layer.""",
+    answer_name="log_output_norms",
+    guide="""appending the output or `output.norm()` (a tensor that holds the step's graph: its nodes stay, and
+    on passes without `backward()` every activation they saved); `output.norm().detach()` (no graph, so
+    not that leak, and rejected only because the task asks for floats: ask what a logger's reader
+    wants); a hook that refers to `layer` (a closure, or a bound method of an object that keeps the
+    layer): a reference cycle through `layer._forward_hooks`, freed only by the cycle collector; a list
+    shared by every call (a global); a memo that returns the first logger again for the same layer.""",
 )
 
 
@@ -103,8 +105,9 @@ def _expect_floats(t: Tester, norms: list, what: str) -> None:
             t.expect(False, what=f"{what}[{i}]", expected="a Python float", got=(
                 f"a tensor of shape {tuple(entry.shape)}" + (" that holds its step's autograd graph" if holds_graph
                                                               else ", detached")), nudge=(
-                "each entry holds the autograd graph of its step, and with it every activation that step saved: "
-                "over a training run, memory grows step by step. Append output.norm().item(), a float"
+                "each entry holds the autograd graph of its step (its nodes; on a pass without backward() every "
+                "activation it saved as well): over a run, memory grows step by step. Append "
+                "output.norm().item(), a float"
                 if holds_graph else
                 "a detached tensor holds no graph, so that is not the leak; the task asks for Python floats, "
                 "though (a logger's list is read, printed and plotted): append output.norm().item()"))

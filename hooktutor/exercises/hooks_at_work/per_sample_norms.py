@@ -54,9 +54,9 @@ def per_sample_norms(model, x, loss_fn):
         mine = {"weight": torch.einsum("npo,npi->noi", g, a)}   # summed over the positions
         if module.bias is not None:
             mine["bias"] = g.sum(1)
-        for name, grad in mine.items():   # a Linear called twice: the sum of both uses
+        for name, value in mine.items():   # a Linear called twice: the sum of both uses
             key = (module, name)
-            grads[key] = grads[key] + grad if key in grads else grad
+            grads[key] = grads[key] + value if key in grads else value
 
     try:
         for module in model.modules():
