@@ -37,13 +37,13 @@ from ..core import Exercise, Tester
 
 
 def conv_absmax(model, batches):
-    """{qualified name of each nn.Conv2d: max of |its input| per input channel, over every batch}."""
+    """{name of each nn.Conv2d: max of |its input| per input channel, over every batch}."""
     ### BEGIN SOLUTION
     absmax, handles = {}, []
 
     def make_hook(name):
         def hook(module, args):
-            amax = args[0].abs().amax(dim=(0, 2, 3))   # (N, C, H, W) -> one value per input channel
+            amax = args[0].abs().amax(dim=(0, 2, 3))   # (N, C, H, W) -> one per input channel
             absmax[name] = torch.maximum(absmax[name], amax) if name in absmax else amax
         return hook
 

@@ -39,18 +39,17 @@ from ..core import Exercise, Tester
 
 
 def per_sample_norms(model, x, loss_fn):
-    """A tensor (batch,): the L2 norm of each example's gradient over every nn.Linear's parameters."""
+    """A tensor (batch,): each example's gradient norm over every nn.Linear's parameters."""
     ### BEGIN SOLUTION
-    inputs, grads, handles = {}, {}, []   # Linear -> its inputs, one per call; (Linear, name) -> gradients
+    inputs, grads, handles = {}, {}, []   # Linear -> inputs, one per call; (Linear, name) -> grads
 
     def keep_input(module, args, output):
         inputs.setdefault(module, []).append(args[0])
 
     def per_example_grads(module, grad_input, grad_output):
         a = inputs[module].pop()   # backward meets a Linear's calls in reverse order
-        g = grad_output[0]
-        a = a.reshape(a.shape[0], -1, a.shape[-1])   # (batch, positions, features): 2-D has one position
-        g = g.reshape(g.shape[0], -1, g.shape[-1])
+        a = a.reshape(a.shape[0], -1, a.shape[-1])   # (batch, positions, features); 2-D: one
+        g = grad_output[0].reshape(a.shape[0], -1, grad_output[0].shape[-1])
         mine = {"weight": torch.einsum("npo,npi->noi", g, a)}   # summed over the positions
         if module.bias is not None:
             mine["bias"] = g.sum(1)
@@ -67,8 +66,7 @@ def per_sample_norms(model, x, loss_fn):
     finally:
         for handle in handles:
             handle.remove()
-    squares = [grad.flatten(1).pow(2).sum(1) for grad in grads.values()]
-    return torch.stack(squares).sum(0).sqrt()
+    return torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()]).sum(0).sqrt()
     ### END SOLUTION
 
 
@@ -101,10 +99,10 @@ exercise = Exercise(
     time_limit=5.0,
     equivalent_mutants={
         "number@7: 0 -> -1": "nn.Linear's forward takes one argument: args has one entry, args[-1] is args[0]",
-        "number@11: 0 -> -1": "a Linear has one output: grad_output has one entry, grad_output[-1] is grad_output[0]",
-        "inplace@30: .pow( -> .pow_(": ("each per-example gradient is read once, here, after the backward: "
+        "number@12: 0 -> -1": "a Linear has one output: grad_output has one entry, grad_output[-1] is grad_output[0]",
+        "inplace@29: .pow( -> .pow_(": ("each per-example gradient is read once, here, after the backward: "
                                        "squaring it in place changes nothing that is read later"),
-        "inplace@31: .sqrt( -> .sqrt_(": "sqrt_ works on the fresh sum that .sum(0) just made: the same numbers",
+        "inplace@29: .sqrt( -> .sqrt_(": "sqrt_ works on the fresh sum that .sum(0) just made: the same numbers",
     },
     errors={"Cannot use both regular backward hooks and full backward hooks": (
         "a legacy register_backward_hook was attached to this module; use only register_full_backward_hook")},
