@@ -5,6 +5,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - detached: appends the output tensor, or ``output.norm()`` without ``.item()``: each entry holds
   the autograd graph of its step (its nodes, and until a backward pass frees them, every activation
   the step saved), so memory grows step by step;
+- kept besides: floats in the returned list, but every output (or the last one) kept in a list of
+  the hook's own too: the same leak out of sight (the check counts the tensors alive, by ``gc``,
+  after step 5 and after step 200, and those with a graph still alive after the last step);
 - ``output.norm().detach()``: no graph, so no leak of the graph, but a tensor per step where the
   task asks for Python floats (rejected, with a message that says the graph is not the problem);
 - reference cycles: the hook refers to ``layer`` (a closure over it, or a bound method of a
@@ -28,6 +31,7 @@ from torch import nn
 
 from ...models import seeded
 from ..core import Exercise, Tester, learners_hooks
+from ._alive import holds_graph, live_tensors, new_tensors
 
 
 def log_output_norms(layer):
@@ -46,8 +50,9 @@ exercise = Exercise(
     "hooks_at_work.leak_free_logger", "A logging hook that leaks nothing",
     task=("write log_output_norms(layer) that registers ONE forward hook on `layer`; on every call of the layer "
           "it appends the L2 norm of the layer's output (a tensor) to a list, as a Python float. Return (the "
-          "list, the hook's handle). It runs for a whole training run: what the list holds must not keep any "
-          "step's autograd graph alive, and the hook must not keep the layer alive (deleting the model frees it "
+          "list, the hook's handle). It runs for a whole training run: nothing of a step may stay alive after "
+          "it (the list holds floats, and the hook keeps no tensor anywhere else), and the hook must not keep "
+          "the layer alive (deleting the model frees it "
           "even while the hook is attached); the handle removes the hook; two calls on the same layer give two "
           "independent lists"),
     hints=[
@@ -63,7 +68,9 @@ exercise = Exercise(
     solution=log_output_norms,
     answer_name="log_output_norms",
     guide="""appending the output or `output.norm()` (a tensor that holds the step's graph: its nodes stay, and
-    on passes without `backward()` every activation they saved); `output.norm().detach()` (no graph, so
+    on passes without `backward()` every activation they saved); floats in the list but the outputs
+    (or the last one) kept in another list of the hook's: the same leak, out of sight;
+    `output.norm().detach()` (no graph, so
     not that leak, and rejected only because the task asks for floats: ask what a logger's reader
     wants); a hook that refers to `layer` (a closure, or a bound method of an object that keeps the
     layer): a reference cycle through `layer._forward_hooks`, freed only by the cycle collector; a list
@@ -119,14 +126,21 @@ def _(answer, t: Tester) -> None:
     model = t.track(_tiny(1), "the tiny model")
     want: list[float] = []
     mine = model[0].register_forward_hook(lambda m, args, out: want.append(float(out.detach().norm())))
+    before = live_tensors()   # the model's parameters, and whatever the caller holds
     try:
         norms, handle = _unpack(t, answer(model[0]), "log_output_norms(model[0])")
         try:
-            _steps(model, 200, seed=1)
+            _steps(model, 5, seed=1)
+            early = len(live_tensors())
+            _steps(model, 195, seed=1)
+            late = len(live_tensors())
+            # the hook still attached, as it is between two steps of a run: what it keeps of the last one
+            kept = [(tuple(k.shape), holds_graph(k)) for k in new_tensors(before)]
         finally:
             handle.remove()
     finally:
         mine.remove()
+        del before
     t.expect(len(norms) == 200, what="len(norms) after 200 steps", expected=200, got=len(norms), nudge=(
         "append once per call of the layer, to a fresh list made by this call of log_output_norms"))
     _expect_floats(t, norms, "norms")
@@ -135,6 +149,17 @@ def _(answer, t: Tester) -> None:
     off = [i for i, (a, b) in enumerate(zip(norms, want)) if abs(a - b) > 1e-6 * abs(b) + 1e-12]
     t.expect(not off, what=f"norms[{off[0] if off else 0}]", expected=want[off[0]] if off else None,
              got=norms[off[0]] if off else None, nudge="the L2 norm of the layer's output: output.norm().item()")
+    with_graph = [shape for shape, graph in kept if graph]
+    t.expect(late - early < 100, what="tensors alive after step 200, against step 5", expected="as many",
+             got=f"{late - early} more ({len(with_graph)} alive with an autograd graph)", nudge=(
+                 "your hook keeps a tensor of every step, somewhere besides the list of floats (another list, "
+                 "an attribute): memory grows step by step, and a step's output, or a tensor made from it, "
+                 "holds the autograd graph of its step too. Keep output.norm().item() only, and nothing else"))
+    t.expect(not with_graph, what="tensors with an autograd graph alive after the last step",
+             expected="none (the hook keeps floats only)", got=f"{len(with_graph)}, of shapes {with_graph[:3]}",
+             nudge=("the last output is kept: your hook holds a tensor of the last step (the output, or a "
+                    "tensor made from it) with its autograd graph until the next call replaces it. Nothing of a "
+                    "step may stay alive after it: append output.norm().item() and keep no tensor"))
 
 
 @exercise.case("a fresh list per call, and the handle removes the hook")
@@ -203,14 +228,21 @@ def _(answer, t: Tester) -> None:
 _SHARED: list = []
 
 
-def _logger(*, entry: Callable = lambda out: out.norm().item(), refer_to_layer=False, shared=False):
+def _logger(*, entry: Callable = lambda out: out.norm().item(), refer_to_layer=False, shared=False,
+            also_keep=None):
     """One factory for the near-copy wrong answers: what is appended (``entry``), whether the hook
-    refers to ``layer`` (a closure over it) and whether the list is shared by every call."""
+    refers to ``layer`` (a closure over it), whether the list is shared by every call, and what the
+    hook keeps besides (``also_keep``: "all", every output in a list of its own; "last", the last)."""
     def answer(layer):
         norms = _SHARED if shared else []
+        outputs: list = []
 
         def hook(module, args, output):
             norms.append(entry(output))
+            if also_keep == "last":
+                outputs[:] = [output]
+            elif also_keep == "all":
+                outputs.append(output)
 
         def hook_on_layer(module, args, output):
             assert module is layer   # a sanity check that closes over `layer`
@@ -225,6 +257,9 @@ exercise.wrong("appends output.norm() without .item()", mentions="autograd graph
     _logger(entry=lambda out: out.norm()))
 exercise.wrong("appends output.norm().detach()", mentions="not the leak")(
     _logger(entry=lambda out: out.norm().detach()))
+exercise.wrong("also keeps every output, in a second list", mentions="grows step by step")(
+    _logger(also_keep="all"))
+exercise.wrong("also keeps the last output", mentions="the last output is kept")(_logger(also_keep="last"))
 exercise.wrong("a hook that closes over `layer`", mentions="reference cycle")(_logger(refer_to_layer=True))
 exercise.wrong("a list shared by every call", mentions="fresh list")(_logger(shared=True))
 
