@@ -17,9 +17,12 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - nd: inputs ``(batch, sequence, features)``: per-position gradients squared separately (the
   norm over positions' gradients, not of their sum), or an einsum written for 2-D inputs only;
 - dtype: float64 model and input (a float32 accumulator of one's own);
-- nested: walks ``named_children()`` and misses the Linears inside submodules;
+- nested: walks ``named_children()`` and misses the Linears inside submodules; ``type(m) is
+  nn.Linear`` misses a subclass of nn.Linear (``nn.MultiheadAttention``'s ``out_proj`` is one);
 - raises, repeat: hooks removed outside ``finally:``; state (the kept inputs, the sums) kept
-  across calls, which adds up, or keeps activations alive after the call;
+  across calls, which adds up, or keeps activations alive after the call (the check counts, by
+  ``gc``, the tensors made during the calls that are still alive after them: detached copies of
+  the inputs in a global dict, cleared at the next call, are caught there);
 - detached: a result that holds the autograd graph (computed outside backward from the kept,
   non-detached inputs).
 """
@@ -34,8 +37,15 @@ from torch import nn
 
 from ...models import seeded
 from .. import kit
-from ..backward_hooks._shared import FullHookWitness, _quiet, expect_full_hooks, expect_input_as_found
+from ..backward_hooks._shared import (
+    FullHookWitness,
+    _quiet,
+    _with_sublinear,
+    expect_full_hooks,
+    expect_input_as_found,
+)
 from ..core import Exercise, Tester
+from ._alive import live_tensors, new_tensors
 
 
 def per_sample_norms(model, x, loss_fn):
@@ -113,7 +123,9 @@ exercise = Exercise(
     the last use's gradient; for `(batch, sequence, features)` inputs, squaring each position's
     gradient separately instead of summing over positions first; `torch.func` or a loop over the
     examples (right numbers, not hooks: the point is one forward and one backward for the batch);
-    the legacy `register_backward_hook`; hooks left attached when the model raises. The warning
+    the legacy `register_backward_hook`; `type(m) is nn.Linear`, which skips a subclass of
+    nn.Linear; inputs (or copies of them) kept in a global across calls; hooks left attached
+    when the model raises. The warning
     "Full backward hook is firing when gradients are computed with respect to module outputs since
     no inputs require gradients" on the first Linear is harmless here (only `grad_output` is used).""",
 )
@@ -144,7 +156,13 @@ def _mistakes(model: nn.Module, x: torch.Tensor, loss_fn: Callable,
     biases = [i for i, p in enumerate(params) if p.dim() == 1]
     layers = [[i for i, p in enumerate(params) if any(p is q for q in m.parameters())]
               for m in model.modules() if isinstance(m, nn.Linear)]
-    return {
+    of_subclasses = [i for i, p in enumerate(params) if not any(
+        p is q for m in model.modules() if type(m) is nn.Linear for q in m.parameters())]
+    skipped = {"no subclass": (
+        torch.stack([_norm([g for i, g in enumerate(gs) if i not in of_subclasses]) for gs in grads]), (
+            "a Linear is missing: a subclass of nn.Linear is a Linear too (nn.MultiheadAttention's out_proj "
+            "is one): test isinstance(module, nn.Linear), not type(module) is nn.Linear"))} if of_subclasses else {}
+    return skipped | {
         "mean": (torch.stack([_norm(gs) / n for gs in grads]), (
             "that is the gradient of the mean loss, divided by the batch size: the loss is a sum of "
             "per-example losses, and grad_output[0][n] is example n's own gradient as it is")),
@@ -235,10 +253,12 @@ def _one_use_only(model: kit.Twice, x: torch.Tensor, use: int) -> torch.Tensor:
     return torch.stack(out).detach()
 
 
-@exercise.case("inputs of 3 dimensions (batch 3, sequence 5, features 4): each example sums over its positions")
+@exercise.case("inputs of 3 dimensions (batch 3, sequence 5, features 4): each example sums over its positions; "
+               "the second Linear is a subclass of nn.Linear")
 def _(answer, t: Tester) -> None:
     with seeded(3):
-        model = t.track(nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3)), "a Sequential of two Linears")
+        model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
+    model = t.track(_with_sublinear(model, "2"), "a Sequential of two Linears (the second of a subclass)")
     x = kit.randn(3, 5, 4, seed=3)
     ref = _Reference(model, x)
     _expect_norms(t, _call(answer, model, x), ref, "per_sample_norms(model, x, loss_fn)")
@@ -272,15 +292,23 @@ def _(answer, t: Tester) -> None:
     x = kit.randn(3, 4, seed=6)
     ref = _Reference(model, x)
     _expect_norms(t, _call(answer, model, x), ref, "the first per_sample_norms(nested, x, loss_fn)")
+    before = live_tensors()   # the model's, the reference's, the caller's: alive before the calls
     x2 = kit.randn(3, 4, seed=6)
     kept = weakref.ref(x2)
     third = [_call(answer, model, x2) for _ in range(2)][-1]
     _expect_norms(t, third, ref, "the third per_sample_norms(nested, x, loss_fn)")
-    del x2
+    del x2, third   # the check lets go of all it got: what is still alive, the answer keeps
     t.expect(kept() is None, what="the input x after per_sample_norms returned", expected="freed",
              got="still referenced", nudge=(
                  "something outside the function keeps the inputs your forward hook stored: keep them in a "
                  "dict made inside per_sample_norms, so that they go when it returns"))
+    left = [tuple(k.shape) for k in new_tensors(before)]
+    del before
+    t.expect(not left, what="tensors made during the calls, alive after they returned", expected="none",
+             got=f"{len(left)}, of shapes {left[:4]}", nudge=(
+                 "something outside the function (a global, a default argument, an attribute) keeps tensors "
+                 "from the last call: copies of the inputs, or gradients. Keep nothing across calls: a dict "
+                 "made inside per_sample_norms goes when it returns"))
 
 
 @exercise.case("hooks, not a loop: a forward hook and a full backward hook on each Linear, one forward",
@@ -311,19 +339,29 @@ def _(answer, t: Tester) -> None:
 
 # -- the wrong answers peculiar to this exercise -------------------------------------------------
 
+_STORE: dict = {}
+
+
 def _hooked(*, scale="sum", bias=True, combine="all", keep="list", shared="sum", positions="sum",
-            register="full", remove="finally"):
+            register="full", remove="finally", select="isinstance"):
     """One factory for the near-copy wrong answers: ``scale`` ("sum", "mean": divided by the batch size,
     "batch": the batch's sum for everyone), ``bias`` (False: forgotten), ``combine`` ("all", "per_layer":
     the layers' norms added up), ``keep`` ("list", "one": one input per Linear), ``shared`` ("sum", "last":
     the last use overwrites), ``positions`` ("sum", "separate": each position's gradient squared apart),
-    ``register`` ("full", "legacy"), ``remove`` ("finally", "after", "never")."""
+    ``register`` ("full", "legacy"), ``remove`` ("finally", "after", "never"), ``keep`` also "global
+    copies" (detached copies in a module-level dict, cleared at the start of the next call), ``select``
+    ("isinstance", "exact": ``type(m) is nn.Linear``)."""
     def answer(model, x, loss_fn):
         inputs, grads, handles = {}, {}, []
+        if keep == "global copies":
+            _STORE.clear()
 
         def keep_input(module, args, output):
             if keep == "one":
                 inputs[module] = [args[0]]
+            elif keep == "global copies":   # the copy is what backward reads, and stays in _STORE
+                _STORE.setdefault(module, []).append(args[0].detach().clone())
+                inputs.setdefault(module, []).append(_STORE[module][-1])
             else:
                 inputs.setdefault(module, []).append(args[0])
 
@@ -345,7 +383,7 @@ def _hooked(*, scale="sum", bias=True, combine="all", keep="list", shared="sum",
                 grads[key] = grads[key] + grad if key in grads and shared == "sum" else grad
 
         for module in model.modules():
-            if isinstance(module, nn.Linear):
+            if type(module) is nn.Linear if select == "exact" else isinstance(module, nn.Linear):
                 handles.append(module.register_forward_hook(keep_input))
                 register_backward = (module.register_full_backward_hook if register == "full"
                                      else module.register_backward_hook)
@@ -380,6 +418,10 @@ exercise.wrong("one input per Linear (a dict, not a list per call)", mentions="i
     _hooked(keep="one"))
 exercise.wrong("squares each position's gradient separately", mentions="over the positions")(
     _hooked(positions="separate"))
+exercise.wrong("type(module) is nn.Linear: skips a subclass", mentions="subclass of nn.Linear")(
+    _hooked(select="exact"))
+exercise.wrong("copies of the inputs kept in a global dict, cleared at the next call",
+               mentions="across calls")(_hooked(keep="global copies"))
 exercise.wrong("removes the hooks, but not in a finally block", mentions="`finally:`")(_hooked(remove="after"))
 exercise.wrong("forgets to remove the hooks", mentions="still attached")(_hooked(remove="never"))
 
