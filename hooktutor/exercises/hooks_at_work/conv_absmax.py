@@ -3,12 +3,17 @@ the running per-channel absolute maximum of every Conv2d's input, streamed by fo
 
 Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
-- technique: a forward hook on the output (one value per *output* channel, after the conv); the
+- technique: a forward hook on the output (one value per *output* channel, after the conv); a
+  forward hook that reads ``args[0]`` (right numbers for a conv, the wrong hook: the check looks
+  at which hook dict holds the answer's hook on each conv, and asks for a pre-hook); the
   last dimension instead of dim 1 (one value per column); no ``abs()`` (the largest value, not the
   largest magnitude); finds the channel dimension by its size (wrong when H or W equals C);
 - repeat / many batches: keeps only the last batch's maximum (``absmax[name] = amax``); keeps the
   first call's; a list of every activation (or of every batch's maximum) max'ed at the end, which
-  grows with the calibration set (what streaming with hooks avoids); ``list(batches)`` first;
+  grows with the calibration set (what streaming with hooks avoids), as tensors or as Python
+  floats (``.tolist()``): the check measures the bytes that the answer's hooks refer to
+  (closures, defaults, bound objects, the globals they name, attributes set on the modules) at
+  batch 5 and at batch 24; ``list(batches)`` first;
   state kept across calls;
 - twice: a conv called twice in one forward (both calls count);
 - nested: ``named_children()`` misses the convs inside submodules; keys that are not the
@@ -29,11 +34,13 @@ from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
+from torch.nn.modules import module as module_hooks
 from torch.overrides import TorchFunctionMode
 
 from ...models import seeded
 from .. import kit
-from ..core import Exercise, Tester
+from ..core import CALLERS_HOOK_IDS, Exercise, Tester
+from ._alive import held_bytes
 
 
 def conv_absmax(model, batches):
@@ -88,8 +95,10 @@ exercise = Exercise(
     guide="""a forward hook on the output (one value per output channel: the statistic of the
     next layer's input, not this one's); reducing over the wrong dimensions (the last one, or a
     dimension found by its size, wrong when H equals C); no `abs()`; keeping only the last batch's
-    maximum; a list of every activation max'ed at the end, which grows with the calibration set
-    (the point of streaming statistics in hooks is that it does not); `view` on a channels-last
+    maximum; a list of every activation (or of every call's maxima, even as Python floats) max'ed
+    at the end, which grows with the calibration set (the point of streaming statistics in hooks
+    is that it does not); a forward hook that reads `args[0]`: the right numbers from the wrong
+    hook; `view` on a channels-last
     input; no `torch.no_grad()`, so every statistic holds the autograd graph; hooks left when the
     model raises. Ask which statistic a quantizer needs to scale a conv's input
     (this one) and which hook sees that input (a pre-hook).""",
@@ -236,12 +245,53 @@ class _Created(TorchFunctionMode):
         return sum(r() is not None for r in self.refs)
 
 
-def _one_at_a_time(batches: list[torch.Tensor], created: _Created, calls: list[int],
-                   seen: list[tuple[int, int]]) -> Iterator[torch.Tensor]:
-    """A generator over ``batches`` that notes, as each is taken, (forwards so far, tensors alive)."""
-    for batch in batches:
-        seen.append((len(calls), created.alive()))
+def _one_at_a_time(batches: list[torch.Tensor], probe: Callable[[int], None]) -> Iterator[torch.Tensor]:
+    """A generator over ``batches`` that calls ``probe(i)`` as batch ``i`` is taken."""
+    for i, batch in enumerate(batches):
+        probe(i)
         yield batch
+
+
+def _answers_hooks(model: nn.Module, skip: set[int], global_before: set[int]) -> dict[str, list[object]]:
+    """The hooks the answer put on ``model``'s modules and the global module hooks it registered
+    (not the caller's stand-ins, not the ids in ``skip`` nor global ones older than the answer):
+    ``{"pre": [...], "forward": [...], "global pre": [...], "global forward": [...]}``."""
+    mine = lambda hooks: [fn for i, fn in hooks.items() if i not in skip and i not in CALLERS_HOOK_IDS]  # noqa: E731
+    fresh = lambda hooks: [fn for i, fn in hooks.items() if i not in global_before]  # noqa: E731
+    return {"pre": [fn for m in model.modules() for fn in mine(m._forward_pre_hooks)],
+            "forward": [fn for m in model.modules() for fn in mine(m._forward_hooks)],
+            "global pre": fresh(module_hooks._global_forward_pre_hooks),
+            "global forward": fresh(module_hooks._global_forward_hooks)}
+
+
+def _global_ids() -> set[int]:
+    return set(module_hooks._global_forward_pre_hooks) | set(module_hooks._global_forward_hooks)
+
+
+def _kept_bytes(model: nn.Module, skip: set[int], global_before: set[int]) -> int | None:
+    """The size of what the answer's hooks refer to, and of what the model's modules hold besides
+    their parameters, buffers, submodules and hook dicts (an attribute set by a hook); None when it
+    cannot be measured."""
+    roots = [fn for fns in _answers_hooks(model, skip, global_before).values() for fn in fns]
+    roots += [v for m in model.modules() for k, v in vars(m).items()
+              if k not in ("_parameters", "_buffers", "_modules") and "hook" not in k]
+    try:
+        return held_bytes(roots)
+    except Exception:   # an object of the answer's that will not say its size: no measure, no verdict
+        return None
+
+
+def _pre_hooked(model: nn.Module, skip: set[int], global_before: set[int]) -> dict[str, str]:
+    """For each Conv2d of ``model``: "pre" when a forward pre-hook of the answer's is on it (or a global
+    one of the answer's), else "forward" for a forward hook, else "none"."""
+    hooks = _answers_hooks(model, skip, global_before)
+    kinds = {}
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Conv2d):
+            on = lambda d: any(i not in skip and i not in CALLERS_HOOK_IDS for i in d)  # noqa: E731
+            kinds[name] = ("pre" if on(m._forward_pre_hooks) or hooks["global pre"] else
+                           "forward" if on(m._forward_hooks) or hooks["global forward"] else "none")
+    return kinds
 
 
 def _call(answer: Callable, model: nn.Module, batches: list[torch.Tensor]) -> object:
@@ -270,11 +320,22 @@ def _(answer, t: Tester) -> None:
     batches = _batches([(3, 2, 6, 5)] * 24, seed=30, channels_last=True)
     ref = _Reference(model, batches)
     calls: list[int] = []
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, int]] = []   # as each batch is taken: (forwards so far, tensors alive)
+    kept: dict[int, int | None] = {}   # batch 5 and batch 24: bytes the answer's hooks refer to
+    kinds: dict[str, str] = {}   # at batch 5: the kind of hook of the answer's on each conv
     counter = model.stem.register_forward_pre_hook(lambda m, args: calls.append(1))
+    skip, global_before = {counter.id}, _global_ids()
+
+    def probe(i: int) -> None:
+        seen.append((len(calls), created.alive()))
+        if i in (4, 23):
+            kept[i] = _kept_bytes(model, skip, global_before)
+        if i == 4:
+            kinds.update(_pre_hooked(model, skip, global_before))
+
     try:
         with _Created() as created:
-            got = answer(model, _one_at_a_time(batches, created, calls, seen))
+            got = answer(model, _one_at_a_time(batches, probe))
     finally:
         counter.remove()
     t.expect(len(seen) == 24, what="batches taken from the generator", expected=24, got=len(seen),
@@ -289,7 +350,21 @@ def _(answer, t: Tester) -> None:
                  "what you keep grows with the number of batches: keep one running maximum per conv and "
                  "replace it on every call (torch.maximum(old, new)), never a list of activations or of "
                  "per-batch maxima"))
+    more = kept[23] - kept[4] if kept.get(4) is not None and kept.get(23) is not None else 0
+    t.expect(more < 256, what="the size of what your hooks keep, batch 24 against batch 5", expected="the same",
+             got=f"{more} bytes more", nudge=(
+                 "what your hooks keep grows with the number of batches (a list of per-call maxima, as "
+                 "tensors or as Python floats, or of activations): keep one running maximum per conv and "
+                 "replace it on every call (torch.maximum(old, new))"))
     _expect_absmax(t, got, ref, "conv_absmax(net, batches)")
+    other = {name: kind for name, kind in kinds.items() if kind != "pre"}
+    name, kind = next(iter(other.items()), ("", "pre"))
+    t.expect(not other, what=f"your hook on {name!r} while the model ran", expected="a forward pre-hook",
+             got="a forward hook" if kind == "forward" else "none", nudge=(
+                 "the numbers are right, but the task asks for a forward PRE-hook on every conv, "
+                 "hook(module, args), registered with module.register_forward_pre_hook: the hook that runs "
+                 "before the conv, on its input, which is all the statistic needs (a forward hook runs after "
+                 "the conv has computed its output)"))
 
 
 @exercise.case("a float64 model, then a bfloat16 one: the result stays in the input's dtype")
@@ -339,13 +414,15 @@ def _(answer, t: Tester) -> None:
 
 def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", grad_mode="off",
                remove="finally", eval_mode=False):
-    """One factory for the near-copy wrong answers: ``hook`` ("pre", "forward": the output), ``dims``
+    """One factory for the near-copy wrong answers: ``hook`` ("pre", "forward": the output, "forward on
+    the input": a forward hook that reads args[0]), ``dims``
     (reduced over; "by size": the last dim whose size is in_channels is taken as the channels),
     ``magnitude`` (False: no abs), ``update`` ("running", "last": overwritten, "list": every input kept
-    and max'ed at the end), ``grad_mode`` ("off", "on": no torch.no_grad), ``remove`` ("finally",
+    and max'ed at the end, "floats": every call's maxima kept as Python floats),
+    ``grad_mode`` ("off", "on": no torch.no_grad), ``remove`` ("finally",
     "after", "never") and ``eval_mode`` (True: model.eval() and not restored)."""
     def answer(model, batches):
-        absmax, kept, handles = {}, {}, []
+        absmax, kept, floats, handles = {}, {}, {}, []
 
         def reduce(module, x):
             x = x.abs() if magnitude else x
@@ -359,10 +436,15 @@ def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", 
                 if update == "list":
                     kept.setdefault(name, []).append(x)
                     return
+                if update == "floats":
+                    floats.setdefault(name, []).append((reduce(module, x).tolist(), x.dtype))
+                    return
                 amax = reduce(module, x)
                 absmax[name] = torch.maximum(absmax[name], amax) if name in absmax and update == "running" else amax
             if hook == "pre":
                 return lambda module, args: observe(module, args[0])
+            if hook == "forward on the input":
+                return lambda module, args, output: observe(module, args[0])
             return lambda module, args, output: observe(module, output)
 
         for name, module in model.named_modules():
@@ -390,12 +472,17 @@ def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", 
                     handle.remove()
         for name, xs in kept.items():
             absmax[name] = torch.stack([reduce(model.get_submodule(name), x) for x in xs]).amax(0)
+        for name, rows in floats.items():
+            absmax[name] = torch.tensor([row for row, _ in rows], dtype=rows[0][1]).amax(0)
         return absmax
     return answer
 
 
 exercise.wrong("a forward hook on the output: per output channel", mentions="OUTPUT channel")(
     _calibrate(hook="forward"))
+exercise.wrong("a forward hook that reads args[0]", mentions="PRE-hook")(_calibrate(hook="forward on the input"))
+exercise.wrong("every call's maxima kept as Python floats, max'ed at the end",
+               mentions="grows with the number of batches")(_calibrate(update="floats"))
 exercise.wrong("the last dimension instead of dim 1", mentions="dim 1")(_calibrate(dims=(0, 1, 2)))
 exercise.wrong("no abs()", mentions="largest magnitude")(_calibrate(magnitude=False))
 exercise.wrong("only the last batch", mentions="last batch's maximum")(_calibrate(update="last"))
