@@ -1,8 +1,10 @@
 """What an answer keeps alive, for the checks of ``13_hooks_at_work.ipynb``'s exercises (a hook
-keeps alive what it refers to): the tensors the garbage collector sees, and the size of what a
-set of hooks refers to.
+keeps alive what it refers to): the tensors made while a :class:`Created` mode was on that are still
+alive, and the size of what a set of hooks refers to (:func:`held_bytes`).
 
-Types are tested with ``issubclass(type(o), ...)``: ``isinstance`` reads ``o.__class__``, which on
+A scan of every object (``gc.get_objects()``) would see more, but costs a tenth of a second and more
+in a large process, per scan: the mode costs a weak reference per tensor made. Types are tested with
+``issubclass(type(o), ...)``: ``isinstance`` reads ``o.__class__``, which on
 ``torch.distributed.reduce_op`` (a deprecated alias) emits a FutureWarning.
 """
 
@@ -11,30 +13,46 @@ from __future__ import annotations
 import gc
 import sys
 import types
+import weakref
 from collections.abc import Iterable
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 
-def live_tensors() -> list[torch.Tensor]:
-    """Every tensor object alive now (tensors are tracked by the garbage collector), in no order.
-    The caller drops the list when done: it keeps them all alive."""
-    return [o for o in gc.get_objects() if issubclass(type(o), torch.Tensor)]
+class Created(TorchFunctionMode):
+    """Weak references to every tensor that a torch function returns while the mode is on (the
+    modules' outputs, what a hook computes from them, factories): which of them are still alive
+    tells what the code run under it keeps."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[weakref.ref] = []
 
-def new_tensors(before: Iterable[torch.Tensor]) -> list[torch.Tensor]:
-    """The tensors alive now that are not in ``before`` (a list the caller still holds, so that no
-    tensor of it was freed and its id reused). A reference cycle frees its tensors only at the cycle
-    collector's next run: when some are found, one ``gc.collect()`` runs and they are counted again
-    (a correct answer pays for no collection)."""
-    known = {id(t) for t in before}
-    found = [t for t in live_tensors() if id(t) not in known]
-    if found:
-        del found
-        gc.collect()
-        found = [t for t in live_tensors() if id(t) not in known]
-    return found
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for item in out if isinstance(out, (tuple, list)) else (out,):
+            # an in-place op returns its argument (a parameter updated by a step): not a tensor it made
+            if issubclass(type(item), torch.Tensor) and not any(item is a for a in args):
+                self.refs.append(weakref.ref(item))
+        return out
+
+    def alive(self) -> int:
+        return sum(r() is not None for r in self.refs)
+
+    def kept(self, *, besides: Iterable[torch.Tensor] = (), collect: bool = True) -> list[torch.Tensor]:
+        """The tensors made under the mode that are alive now, but those in ``besides`` (a model's
+        parameters, should one be made under it). A reference cycle frees its tensors only at the cycle
+        collector's next run: when some are found and ``collect``, one ``gc.collect()`` (a tenth of a
+        second in a large process) runs and they are counted again (a correct answer pays for none)."""
+        skip = {id(t) for t in besides}
+        found = [t for r in self.refs if (t := r()) is not None and id(t) not in skip]
+        if found and collect:
+            del found
+            gc.collect()
+            found = [t for r in self.refs if (t := r()) is not None and id(t) not in skip]
+        return found
 
 
 def holds_graph(t: torch.Tensor) -> bool:

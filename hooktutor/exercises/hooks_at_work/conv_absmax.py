@@ -29,18 +29,16 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
 from torch.nn.modules import module as module_hooks
-from torch.overrides import TorchFunctionMode
 
 from ...models import seeded
 from .. import kit
 from ..core import CALLERS_HOOK_IDS, Exercise, Tester
-from ._alive import held_bytes
+from ._alive import Created, held_bytes
 
 
 def conv_absmax(model, batches):
@@ -226,25 +224,6 @@ def _expect_absmax(t: Tester, got: object, ref: _Reference, what: str) -> None:
                            "the largest |value| over N, H and W, over every batch and every call"))
 
 
-class _Created(TorchFunctionMode):
-    """Weak references to every tensor that a torch function returns while the mode is on: how many
-    of them are alive tells whether an answer keeps what it computed (a list grows with the batches)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.refs: list[weakref.ref] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for item in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(item, torch.Tensor):
-                self.refs.append(weakref.ref(item))
-        return out
-
-    def alive(self) -> int:
-        return sum(r() is not None for r in self.refs)
-
-
 def _one_at_a_time(batches: list[torch.Tensor], probe: Callable[[int], None]) -> Iterator[torch.Tensor]:
     """A generator over ``batches`` that calls ``probe(i)`` as batch ``i`` is taken."""
     for i, batch in enumerate(batches):
@@ -334,7 +313,7 @@ def _(answer, t: Tester) -> None:
             kinds.update(_pre_hooked(model, skip, global_before))
 
     try:
-        with _Created() as created:
+        with Created() as created:
             got = answer(model, _one_at_a_time(batches, probe))
     finally:
         counter.remove()

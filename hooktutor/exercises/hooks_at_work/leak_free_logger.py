@@ -6,8 +6,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   the autograd graph of its step (its nodes, and until a backward pass frees them, every activation
   the step saved), so memory grows step by step;
 - kept besides: floats in the returned list, but every output (or the last one) kept in a list of
-  the hook's own too: the same leak out of sight (the check counts the tensors alive, by ``gc``,
-  after step 5 and after step 200, and those with a graph still alive after the last step);
+  the hook's own too: the same leak out of sight (the check counts the tensors made during the
+  run that are alive after step 5 and after step 200, and those with a graph still alive after the last step);
 - ``output.norm().detach()``: no graph, so no leak of the graph, but a tensor per step where the
   task asks for Python floats (rejected, with a message that says the graph is not the problem);
 - reference cycles: the hook refers to ``layer`` (a closure over it, or a bound method of a
@@ -31,7 +31,7 @@ from torch import nn
 
 from ...models import seeded
 from ..core import Exercise, Tester, learners_hooks
-from ._alive import holds_graph, live_tensors, new_tensors
+from ._alive import Created, holds_graph
 
 
 def log_output_norms(layer):
@@ -126,21 +126,22 @@ def _(answer, t: Tester) -> None:
     model = t.track(_tiny(1), "the tiny model")
     want: list[float] = []
     mine = model[0].register_forward_hook(lambda m, args, out: want.append(float(out.detach().norm())))
-    before = live_tensors()   # the model's parameters, and whatever the caller holds
     try:
         norms, handle = _unpack(t, answer(model[0]), "log_output_norms(model[0])")
         try:
-            _steps(model, 5, seed=1)
-            early = len(live_tensors())
-            _steps(model, 195, seed=1)
-            late = len(live_tensors())
-            # the hook still attached, as it is between two steps of a run: what it keeps of the last one
-            kept = [(tuple(k.shape), holds_graph(k)) for k in new_tensors(before)]
+            with Created() as created:   # every tensor the steps make, the hook's included
+                _steps(model, 5, seed=1)
+                early = created.alive()
+                _steps(model, 195, seed=1)
+            late = created.alive()
+            # the hook still attached, as it is between two steps of a run: what it keeps of the last one.
+            # No gc.collect(): a step's graph that a reference cycle holds until the collector runs is kept
+            kept = [(tuple(k.shape), holds_graph(k)) for k in created.kept(besides=model.parameters(),
+                                                                            collect=False)]
         finally:
             handle.remove()
     finally:
         mine.remove()
-        del before
     t.expect(len(norms) == 200, what="len(norms) after 200 steps", expected=200, got=len(norms), nudge=(
         "append once per call of the layer, to a fresh list made by this call of log_output_norms"))
     _expect_floats(t, norms, "norms")

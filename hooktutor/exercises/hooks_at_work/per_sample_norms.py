@@ -20,8 +20,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - nested: walks ``named_children()`` and misses the Linears inside submodules; ``type(m) is
   nn.Linear`` misses a subclass of nn.Linear (``nn.MultiheadAttention``'s ``out_proj`` is one);
 - raises, repeat: hooks removed outside ``finally:``; state (the kept inputs, the sums) kept
-  across calls, which adds up, or keeps activations alive after the call (the check counts, by
-  ``gc``, the tensors made during the calls that are still alive after them: detached copies of
+  across calls, which adds up, or keeps activations alive after the call (the check counts
+  the tensors made during the calls that are still alive after them: detached copies of
   the inputs in a global dict, cleared at the next call, are caught there);
 - detached: a result that holds the autograd graph (computed outside backward from the kept,
   non-detached inputs).
@@ -45,7 +45,7 @@ from ..backward_hooks._shared import (
     expect_input_as_found,
 )
 from ..core import Exercise, Tester
-from ._alive import live_tensors, new_tensors
+from ._alive import Created
 
 
 def per_sample_norms(model, x, loss_fn):
@@ -292,18 +292,17 @@ def _(answer, t: Tester) -> None:
     x = kit.randn(3, 4, seed=6)
     ref = _Reference(model, x)
     _expect_norms(t, _call(answer, model, x), ref, "the first per_sample_norms(nested, x, loss_fn)")
-    before = live_tensors()   # the model's, the reference's, the caller's: alive before the calls
     x2 = kit.randn(3, 4, seed=6)
     kept = weakref.ref(x2)
-    third = [_call(answer, model, x2) for _ in range(2)][-1]
+    with Created() as created:   # every tensor the calls make
+        third = [_call(answer, model, x2) for _ in range(2)][-1]
     _expect_norms(t, third, ref, "the third per_sample_norms(nested, x, loss_fn)")
     del x2, third   # the check lets go of all it got: what is still alive, the answer keeps
     t.expect(kept() is None, what="the input x after per_sample_norms returned", expected="freed",
              got="still referenced", nudge=(
                  "something outside the function keeps the inputs your forward hook stored: keep them in a "
                  "dict made inside per_sample_norms, so that they go when it returns"))
-    left = [tuple(k.shape) for k in new_tensors(before)]
-    del before
+    left = [tuple(k.shape) for k in created.kept(besides=model.parameters())]
     t.expect(not left, what="tensors made during the calls, alive after they returned", expected="none",
              got=f"{len(left)}, of shapes {left[:4]}", nudge=(
                  "something outside the function (a global, a default argument, an attribute) keeps tensors "
