@@ -260,8 +260,9 @@ def hook_owner(hook: object) -> tuple[str, str]:
 
     The hook is unwrapped (see :func:`_unwrap`); when the function or class that defines it
     comes from the ``torch`` package, the owner is ``"pytorch"`` and the mechanism one of
-    ``prune``, ``weight_norm``, ``spectral_norm``, ``lazy module``, ``quantization observer``
-    or ``pytorch (torch.some.module)``. An instance of your own subclass of a pruning method
+    ``prune``, ``weight_norm``, ``spectral_norm``, ``lazy module``, ``quantization observer``,
+    ``FSDP2`` (the hooks of ``fully_shard``, taught in ``13_hooks_at_work.ipynb``) or
+    ``pytorch (torch.some.module)``. An instance of your own subclass of a pruning method
     (``torch.nn.utils.prune.BasePruningMethod``) counts as ``prune`` too: torch's pruning
     installed it and the model needs it. Anything else (your functions, lambdas, hooktutor's
     helpers, torch's own operators used as hooks, such as ``torch.nan_to_num`` or
@@ -289,7 +290,17 @@ def hook_owner(hook: object) -> tuple[str, str]:
     quantize = sys.modules.get(_QUANTIZE_MODULE)  # imported by torch itself; never import it here
     if quantize is not None and any(defining is getattr(quantize, n, None) for n in _OBSERVER_HOOKS):
         return PYTORCH, "quantization observer"
+    for prefix, mechanism in _TORCH_MECHANISMS:
+        if module_name == prefix or module_name.startswith(prefix + "."):
+            return PYTORCH, mechanism
     return PYTORCH, f"pytorch ({module_name})"
+
+
+# torch's packages whose hooks get a name of their own in the owner column
+_TORCH_MECHANISMS = (
+    ("torch.distributed.fsdp._fully_shard", "FSDP2"),    # fully_shard, torch 2.6 and newer
+    ("torch.distributed._composable.fsdp", "FSDP2"),     # the same before it became public
+)
 
 
 def _row(path: str, kind: str, hid: int, fn: Callable, flags: tuple[str, ...] = ()) -> HookRow:
@@ -519,7 +530,8 @@ def list_hooks(module: nn.Module | torch.optim.Optimizer, *, include_global: boo
     The owner column tells your hooks (``you``: your functions, lambdas, partials, and the
     hooks of hooktutor's helpers such as ``capture``) from those PyTorch installed and the
     model needs: ``pytorch (prune)``, ``pytorch (weight_norm)``, ``pytorch (spectral_norm)``,
-    ``pytorch (lazy module)``, ``pytorch (quantization observer)``, or
+    ``pytorch (lazy module)``, ``pytorch (quantization observer)``, ``pytorch (FSDP2)`` (the
+    hooks with which ``fully_shard`` gathers and frees parameters: 13_hooks_at_work.ipynb), or
     ``pytorch (torch.some.module)`` for any other hook defined inside torch. A hook a library
     installed is owned by that library (:data:`LIBRARIES`): ``transformers (output capturing)``
     for the forward hooks transformers 5 puts on the decoder layers and attention modules the

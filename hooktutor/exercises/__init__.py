@@ -27,6 +27,7 @@ LESSON_MODULES: dict[str, str] = {
     "10_transformer_hooks": "transformer_hooks",
     "11_compile_and_export": "compile_hooks",
     "12_huggingface_hooks": "hf_hooks",
+    "13_hooks_at_work": "hooks_at_work",
 }
 
 __all__ = ["REGISTRY", "PREDICTIONS", "CheckReport", "Exercise", "Prediction", "Mismatch", "Tester",

@@ -1,0 +1,120 @@
+"""What an answer keeps alive, for the checks of ``13_hooks_at_work.ipynb``'s exercises (a hook
+keeps alive what it refers to): the tensors made while a :class:`Created` mode was on that are still
+alive, and the size of what a set of hooks refers to (:func:`held_bytes`).
+
+A scan of every object (``gc.get_objects()``) would see more, but costs a tenth of a second and more
+in a large process, per scan: the mode costs a weak reference per tensor made. Types are tested with
+``issubclass(type(o), ...)``: ``isinstance`` reads ``o.__class__``, which on
+``torch.distributed.reduce_op`` (a deprecated alias) emits a FutureWarning.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import types
+import weakref
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+
+
+class Created(TorchFunctionMode):
+    """Weak references to every tensor that a torch function returns while the mode is on (the
+    modules' outputs, what a hook computes from them, factories): which of them are still alive
+    tells what the code run under it keeps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[weakref.ref] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for item in out if isinstance(out, (tuple, list)) else (out,):
+            # an in-place op returns its argument (a parameter updated by a step): not a tensor it made
+            if issubclass(type(item), torch.Tensor) and not any(item is a for a in args):
+                self.refs.append(weakref.ref(item))
+        return out
+
+    def alive(self) -> int:
+        return sum(r() is not None for r in self.refs)
+
+    def kept(self, *, besides: Iterable[torch.Tensor] = (), collect: bool = True) -> list[torch.Tensor]:
+        """The tensors made under the mode that are alive now, but those in ``besides`` (a model's
+        parameters, should one be made under it). A reference cycle frees its tensors only at the cycle
+        collector's next run: when some are found and ``collect``, one ``gc.collect()`` (a tenth of a
+        second in a large process) runs and they are counted again (a correct answer pays for none)."""
+        skip = {id(t) for t in besides}
+        found = [t for r in self.refs if (t := r()) is not None and id(t) not in skip]
+        if found and collect:
+            del found
+            gc.collect()
+            found = [t for r in self.refs if (t := r()) is not None and id(t) not in skip]
+        return found
+
+
+def holds_graph(t: torch.Tensor) -> bool:
+    """Whether ``t`` is part of an autograd graph (a leaf that requires grad, or a node's result)."""
+    return t.requires_grad or t.grad_fn is not None
+
+
+# not entered by held_bytes: shared things (classes, modules, a model), and a generator's or a
+# frame's locals (the caller's, not the answer's)
+_OPAQUE = (type, types.ModuleType, nn.Module, types.FrameType, types.GeneratorType, types.CodeType,
+           types.CoroutineType, types.AsyncGeneratorType)
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """The global names ``code`` and the code nested in it (its lambdas, inner functions) read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def held_bytes(roots: Iterable[object], limit: int = 20_000) -> int | None:
+    """The size in bytes of everything ``roots`` refer to: through containers, a function's closure,
+    defaults and attributes, the globals its code names, a bound method's object, any object's
+    referents; a tensor counts its elements (``nelement() * element_size()``), anything else
+    ``sys.getsizeof``. Classes, modules, nn.Modules, frames and generators are not entered. None when
+    more than ``limit`` objects are reached (too much to say)."""
+    seen: set[int] = set()
+    todo = list(roots)
+    total = 0
+    while todo:
+        o = todo.pop()
+        if id(o) in seen or issubclass(type(o), _OPAQUE):
+            continue
+        seen.add(id(o))
+        if len(seen) > limit:
+            return None
+        if issubclass(type(o), torch.Tensor):
+            total += o.nelement() * o.element_size()
+            continue
+        try:
+            total += sys.getsizeof(o)
+        except TypeError:   # an extension type that does not say
+            pass
+        if issubclass(type(o), types.FunctionType):
+            todo += _contents(o.__closure__)
+            todo += [o.__defaults__ or (), o.__kwdefaults__ or {}, o.__dict__]
+            todo += [o.__globals__[n] for n in _names(o.__code__) if n in o.__globals__]
+        elif issubclass(type(o), types.MethodType):
+            todo += [o.__func__, o.__self__]
+        else:
+            todo += gc.get_referents(o)
+    return total
+
+
+def _contents(cells: tuple[types.CellType, ...] | None) -> list[object]:
+    """What a closure's cells hold (a variable of the enclosing function not assigned yet: skipped)."""
+    out = []
+    for cell in cells or ():
+        try:
+            out.append(cell.cell_contents)
+        except ValueError:
+            pass
+    return out
