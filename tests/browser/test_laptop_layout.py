@@ -58,7 +58,8 @@ def fresh(inplace=False):
     return SmallCNN(inplace=inplace, seed=0)"""
 # Lessons whose "Try it live" is a function to call with other arguments, not a widget.
 NO_WIDGET = {"11_compile_and_export",   # a checkbox would hide the order of register, call, reset
-             "12_huggingface_hooks"}    # what to watch is the tokens a steered model generates
+             "12_huggingface_hooks",    # what to watch is the tokens a steered model generates
+             "13_hooks_at_work"}        # what to watch is a few numbers of one GradScaler step
 
 STANDINS = {
     "01_tensor_hooks": "x_blobs, y_blobs = blobs(96, seed=0)",
