@@ -110,6 +110,15 @@ def test_unfinished_stub_and_exceptions_are_reported_kindly(key):
     assert "raised an error" in report.text and "KeyError" in report.text
 
 
+def test_a_not_implemented_error_of_torch_in_the_check_is_not_an_unfinished_answer():
+    """Only the answer's own NotImplementedError (the stub) reads "not written yet": torch's, raised in
+    the check on a sparse tensor the answer returned, says what the check could not use."""
+    ex = EXERCISES["hooks_at_work.per_sample_norms"]
+    report = ex.check(lambda model, x, loss_fn: ex.reference(model, x, loss_fn).to_sparse())
+    assert report.failure.status == "unusable" and "not written yet" not in report.text
+    assert "SparseCPU" in report.text and "dense tensors" in report.text
+
+
 def test_endless_loop_is_stopped_and_the_check_survives():
     ex = EXERCISES["start_here.count_calls"]
 

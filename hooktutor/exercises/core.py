@@ -434,6 +434,10 @@ def _crash_nudge(error: BaseException) -> str:
         return ("something your answer should have produced is None: a function that returns nothing, "
                 "a hook that stored nothing, or a .grad that backward() never filled (a detach() or a "
                 "no_grad() on the way cuts the graph).")
+    if isinstance(error, NotImplementedError):   # torch has no kernel for that kind of tensor
+        return ("torch cannot run an operation the check needs on what your answer gave back (the error names "
+                "the operation and the kind of tensor, e.g. a sparse or a quantized one): return ordinary dense "
+                "tensors, as the task asks.")
     if isinstance(error, (TypeError, AttributeError, KeyError, IndexError, ValueError)):
         return ("the check could not use what your answer gave back or left behind: compare its type "
                 "and shape with what the task asks for.")
@@ -586,19 +590,16 @@ class Exercise:
                 "(the kernel is fine)")})
         except NotImplementedError as e:
             tester.leaks()
+            if not _raised_in_learner_code(e, answer, case):
+                # not the stub: torch, in the check, on what the answer returned (a sparse tensor)
+                return self._crashed(description, e, answer, case)
             return CaseResult(description, "unfinished", {"why": (
                 "your function still raises NotImplementedError. Replace the `raise "
                 "NotImplementedError(...)` line with your code"
                 + (f" ({e})" if str(e) and "write your answer here" not in str(e) else "") + ".")})
         except Exception as e:  # reported instead of a traceback
             tester.leaks()
-            text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
-            why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)), None)
-            if _raised_in_learner_code(e, answer, case):
-                return CaseResult(description, "error", {"error": text, "why": why or (
-                    "read the error: it names what went wrong; the hints help if you are stuck.")})
-            # the answer ran, but the check tripped over what it returned or left behind
-            return CaseResult(description, "unusable", {"error": text, "why": why or _crash_nudge(e)})
+            return self._crashed(description, e, answer, case)
         changed = tester.not_as_found()
         leaks = tester.leaks()
         if changed is not None:
@@ -612,6 +613,16 @@ class Exercise:
                 + ". Hooks stay until removed: keep the handle and call handle.remove() in a "
                   "`finally:` (it has been removed for you).")})
         return CaseResult(description, "pass")
+
+    def _crashed(self, description: str, e: Exception, answer: Callable, case: Case) -> CaseResult:
+        """An error, said: the answer's own ("raised an error"), or the check's on what the answer gave it."""
+        text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
+        why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)), None)
+        if _raised_in_learner_code(e, answer, case):
+            return CaseResult(description, "error", {"error": text, "why": why or (
+                "read the error: it names what went wrong; the hints help if you are stuck.")})
+        # the answer ran, but the check tripped over what it returned or left behind
+        return CaseResult(description, "unusable", {"error": text, "why": why or _crash_nudge(e)})
 
     def hint(self, number: int | None = None) -> _Text:
         """The next hint (``hint()``), or hint ``number`` (1-based) again."""

@@ -24,7 +24,10 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   in every dtype, so nothing is gained by converting, and a float32 copy of a float64 input rounds);
 - raises: hooks removed outside ``finally:``;
 - detached / left_as_found: the forwards run with gradients on (no ``torch.no_grad()``), so the
-  statistics hold the autograd graph; the model switched to eval mode and left there.
+  statistics hold the autograd graph; the model switched to eval mode and left there, or "restored"
+  with ``model.train()`` (a model given in eval mode leaves in train mode) or ``model.train(was)``
+  (the model's own flag: a submodule in another mode than its parent is not restored); the check
+  gives a model in train mode, then one in eval mode with a conv in train mode.
 """
 
 from __future__ import annotations
@@ -97,7 +100,9 @@ exercise = Exercise(
     at the end, which grows with the calibration set (the point of streaming statistics in hooks
     is that it does not); a forward hook that reads `args[0]`: the right numbers from the wrong
     hook; `view` on a channels-last
-    input; no `torch.no_grad()`, so every statistic holds the autograd graph; hooks left when the
+    input; no `torch.no_grad()`, so every statistic holds the autograd graph; `model.eval()` then
+    `model.train()` in the `finally:` (a model given in eval mode leaves in train mode; even
+    `model.train(was)` misses a submodule in another mode than its parent); hooks left when the
     model raises. Ask which statistic a quantizer needs to scale a conv's input
     (this one) and which hook sees that input (a pre-hook).""",
 )
@@ -372,34 +377,40 @@ def _(answer, t: Tester) -> None:
     _expect_absmax(t, _call(answer, model, small), ref, "the second conv_absmax(net, batches)")
 
 
-@exercise.case("H == W == C, in train mode: only dim 1 is the channel dimension", hidden=True)
+@exercise.case("H == W == C, in train mode, then in eval mode with its conv `out` in train mode: only dim 1 is "
+               "the channel dimension, and every module is left in its mode", hidden=True)
 def _(answer, t: Tester) -> None:
     model = t.track(_SharedConv(seed=7), "a model whose convs see (N, 3, 3, 3) inputs")
     batches = _batches([(2, 3, 3, 3), (5, 3, 3, 3)], seed=7)
     ref = _Reference(model, batches)
-    modes: list[bool] = []
-    probe = model.conv.register_forward_pre_hook(lambda m, args: modes.append(torch.is_grad_enabled()))
-    try:
-        with kit.LeftAsFound(t, model, name="the model (in train mode)"):
-            got = _call(answer, model, batches)
-    finally:
-        probe.remove()
-    t.expect(not any(modes), what="torch.is_grad_enabled() while the model ran", expected=False, got=any(modes),
-             nudge="run the batches under torch.no_grad(): calibration needs no graph")
-    _expect_absmax(t, got, ref, "conv_absmax(model, batches)")
+    for mode in ("train mode", "eval mode, its conv `out` in train mode"):
+        if mode != "train mode":   # model.train() (or model.train(was)) afterwards does not restore this
+            model.eval()
+            model.out.train()
+        grad_modes: list[bool] = []
+        probe = model.conv.register_forward_pre_hook(lambda m, args: grad_modes.append(torch.is_grad_enabled()))
+        try:
+            with kit.LeftAsFound(t, model, name=f"the model (in {mode})"):
+                got = _call(answer, model, batches)
+        finally:
+            probe.remove()
+        t.expect(not any(grad_modes), what="torch.is_grad_enabled() while the model ran", expected=False,
+                 got=any(grad_modes), nudge="run the batches under torch.no_grad(): calibration needs no graph")
+        _expect_absmax(t, got, ref, f"conv_absmax(model in {mode}, batches)")
 
 
 # -- the wrong answers peculiar to this exercise -------------------------------------------------
 
 def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", grad_mode="off",
-               remove="finally", eval_mode=False):
+               remove="finally", eval_mode=None):
     """One factory for the near-copy wrong answers: ``hook`` ("pre", "forward": the output, "forward on
     the input": a forward hook that reads args[0]), ``dims``
     (reduced over; "by size": the last dim whose size is in_channels is taken as the channels),
     ``magnitude`` (False: no abs), ``update`` ("running", "last": overwritten, "list": every input kept
     and max'ed at the end, "floats": every call's maxima kept as Python floats),
     ``grad_mode`` ("off", "on": no torch.no_grad), ``remove`` ("finally",
-    "after", "never") and ``eval_mode`` (True: model.eval() and not restored)."""
+    "after", "never") and ``eval_mode`` (model.eval(), then: "left" as it is, "train()": model.train() in the
+    finally:, "train(was)": model.train(the model's own flag before) in the finally:)."""
     def answer(model, batches):
         absmax, kept, floats, handles = {}, {}, {}, []
 
@@ -430,7 +441,8 @@ def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", 
             if isinstance(module, nn.Conv2d):
                 register = module.register_forward_pre_hook if hook == "pre" else module.register_forward_hook
                 handles.append(register(make_hook(name)))
-        if eval_mode:
+        was = model.training
+        if eval_mode is not None:
             model.eval()
 
         def run():
@@ -444,6 +456,8 @@ def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", 
             finally:
                 for handle in handles:
                     handle.remove()
+                if eval_mode in ("train()", "train(was)"):
+                    model.train(True if eval_mode == "train()" else was)
         else:
             run()
             if remove == "after":
@@ -473,4 +487,8 @@ exercise.wrong("forgets to remove the hooks", mentions="still attached")(_calibr
 exercise.wrong("finds the channel dimension by its size", mentions="whatever its memory format", hidden=True)(
     _calibrate(dims="by size"))
 exercise.wrong("switches the model to eval() and leaves it there", mentions="as you found it", hidden=True)(
-    _calibrate(eval_mode=True))
+    _calibrate(eval_mode="left"))
+exercise.wrong("model.eval(), then model.train() in the finally:", mentions="as you found it", hidden=True)(
+    _calibrate(eval_mode="train()"))
+exercise.wrong("model.eval(), then model.train(was) in the finally: (the model's flag only)",
+               mentions="as you found it", hidden=True)(_calibrate(eval_mode="train(was)"))

@@ -15,7 +15,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   pairs its second input with both gradients; keeps only the last call's gradient instead of
   the sum of both uses;
 - nd: inputs ``(batch, sequence, features)``: per-position gradients squared separately (the
-  norm over positions' gradients, not of their sum), or an einsum written for 2-D inputs only;
+  norm over positions' gradients, not of their sum), or an einsum written for 2-D inputs only, or
+  for 2-D and 3-D only (the task admits any number of middle dimensions: a 4-D input is checked);
 - dtype: float64 model and input (a float32 accumulator of one's own);
 - nested: walks ``named_children()`` and misses the Linears inside submodules; ``type(m) is
   nn.Linear`` misses a subclass of nn.Linear (``nn.MultiheadAttention``'s ``out_proj`` is one);
@@ -115,13 +116,18 @@ exercise = Exercise(
         "inplace@29: .sqrt( -> .sqrt_(": "sqrt_ works on the fresh sum that .sum(0) just made: the same numbers",
     },
     errors={"Cannot use both regular backward hooks and full backward hooks": (
-        "a legacy register_backward_hook was attached to this module; use only register_full_backward_hook")},
+        "a legacy register_backward_hook was attached to this module; use only register_full_backward_hook"),
+            "einsum(): the number of subscripts in the equation": (
+        "your einsum takes a fixed number of dimensions, and an input may have any number of middle ones "
+        "(batch, a, b, features): reshape the input and grad_output[0] to (batch, -1, features) first, so one "
+        "equation sums over all the positions")},
     guide="""using `.grad` (the sum over the batch) for every example; the gradients of the mean
     loss; forgetting the bias; adding up one norm per layer instead of one norm over all the
     layers; a dict with one input per Linear, which pairs the second call's input with both
     gradients of a Linear called twice (a list per Linear, popped in reverse order); keeping only
     the last use's gradient; for `(batch, sequence, features)` inputs, squaring each position's
-    gradient separately instead of summing over positions first; `torch.func` or a loop over the
+    gradient separately instead of summing over positions first, or an einsum written for 2-D and
+    3-D inputs only (the task admits any number of middle dimensions); `torch.func` or a loop over the
     examples (right numbers, not hooks: the point is one forward and one backward for the batch);
     the legacy `register_backward_hook`; `type(m) is nn.Linear`, which skips a subclass of
     nn.Linear; inputs (or copies of them) kept in a global across calls; hooks left attached
@@ -253,15 +259,16 @@ def _one_use_only(model: kit.Twice, x: torch.Tensor, use: int) -> torch.Tensor:
     return torch.stack(out).detach()
 
 
-@exercise.case("inputs of 3 dimensions (batch 3, sequence 5, features 4): each example sums over its positions; "
-               "the second Linear is a subclass of nn.Linear")
+@exercise.case("inputs of 3 dimensions (batch 3, sequence 5, features 4), then of 4 (batch 2, 3 x 2 positions, "
+               "features 4): each example sums over its positions; the second Linear is a subclass of nn.Linear")
 def _(answer, t: Tester) -> None:
     with seeded(3):
         model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))
     model = t.track(_with_sublinear(model, "2"), "a Sequential of two Linears (the second of a subclass)")
-    x = kit.randn(3, 5, 4, seed=3)
-    ref = _Reference(model, x)
-    _expect_norms(t, _call(answer, model, x), ref, "per_sample_norms(model, x, loss_fn)")
+    for x in (kit.randn(3, 5, 4, seed=3), kit.randn(2, 3, 2, 4, seed=30)):
+        ref = _Reference(model, x)
+        shape = "x of shape (" + ", ".join(map(str, x.shape)) + ")"
+        _expect_norms(t, _call(answer, model, x), ref, f"per_sample_norms(model, {shape}, loss_fn)")
 
 
 @exercise.case("float64, a Linear without bias and a LayerNorm whose parameters do not count")
@@ -342,14 +349,15 @@ _STORE: dict = {}
 
 
 def _hooked(*, scale="sum", bias=True, combine="all", keep="list", shared="sum", positions="sum",
-            register="full", remove="finally", select="isinstance"):
+            register="full", remove="finally", select="isinstance", middle="any"):
     """One factory for the near-copy wrong answers: ``scale`` ("sum", "mean": divided by the batch size,
     "batch": the batch's sum for everyone), ``bias`` (False: forgotten), ``combine`` ("all", "per_layer":
     the layers' norms added up), ``keep`` ("list", "one": one input per Linear), ``shared`` ("sum", "last":
     the last use overwrites), ``positions`` ("sum", "separate": each position's gradient squared apart),
     ``register`` ("full", "legacy"), ``remove`` ("finally", "after", "never"), ``keep`` also "global
     copies" (detached copies in a module-level dict, cleared at the start of the next call), ``select``
-    ("isinstance", "exact": ``type(m) is nn.Linear``)."""
+    ("isinstance", "exact": ``type(m) is nn.Linear``), ``middle`` ("any", "one at most": written for 2-D and
+    3-D inputs only, an einsum of three subscripts)."""
     def answer(model, x, loss_fn):
         inputs, grads, handles = {}, {}, []
         if keep == "global copies":
@@ -367,8 +375,11 @@ def _hooked(*, scale="sum", bias=True, combine="all", keep="list", shared="sum",
         def backward_hook(module, grad_input, grad_output):
             a = inputs[module][-1] if keep == "one" else inputs[module].pop()
             g = grad_output[0]
-            a = a.reshape(a.shape[0], -1, a.shape[-1])
-            g = g.reshape(g.shape[0], -1, g.shape[-1])
+            if middle == "one at most":   # (batch, features) gets a middle dimension; (batch, seq, features) is kept
+                a, g = (a[:, None], g[:, None]) if a.dim() == 2 else (a, g)
+            else:
+                a = a.reshape(a.shape[0], -1, a.shape[-1])
+                g = g.reshape(g.shape[0], -1, g.shape[-1])
             spec = "npo,npi->npoi" if positions == "separate" else "npo,npi->noi"
             mine = {"weight": torch.einsum(spec, g, a)}
             if bias and module.bias is not None:
@@ -417,6 +428,7 @@ exercise.wrong("one input per Linear (a dict, not a list per call)", mentions="i
     _hooked(keep="one"))
 exercise.wrong("squares each position's gradient separately", mentions="over the positions")(
     _hooked(positions="separate"))
+exercise.wrong("written for 2-D and 3-D inputs only", mentions="any number of middle")(_hooked(middle="one at most"))
 exercise.wrong("type(module) is nn.Linear: skips a subclass", mentions="subclass of nn.Linear")(
     _hooked(select="exact"))
 exercise.wrong("copies of the inputs kept in a global dict, cleared at the next call",
