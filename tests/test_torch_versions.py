@@ -30,6 +30,9 @@ COMPILING_PROBES = {"compile-skips-late-hook"}   # run in a process of their own
 
 @pytest.mark.parametrize("claim_id", list(claims.CLAIMS))
 def test_each_probe_agrees_with_the_registry_on_this_torch(claim_id, in_a_process_of_its_own):
+    why = claims.unusable(claims.CLAIMS[claim_id].library)
+    if why:   # transformers 5 on a torch below 2.6: not probed here, as compat's rows say
+        pytest.skip(f"{claim_id}: {why}")
     if claim_id in COMPILING_PROBES:
         out = in_a_process_of_its_own(
             f"from hooktutor.course import claims; print(claims.check({claim_id!r}) == claims.expected({claim_id!r}))")
