@@ -261,15 +261,20 @@ def fresh_page(browser, lab, request, viewport, prefix=""):
     try:
         yield pg
     finally:
-        report = getattr(request.node, "rep_call", None)
-        if report is None or report.failed:
-            ARTIFACTS.mkdir(exist_ok=True)
-            name = prefix + re.sub(r"[^\w.-]+", "_", request.node.name)
-            with contextlib.suppress(Exception):
-                pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-                print(f"screenshot: {ARTIFACTS / f'{name}.png'}")
+        screenshot_if_failed(pg, request, prefix)
         with contextlib.suppress(Exception):
             context.close()
+
+
+def screenshot_if_failed(pg, request, prefix="") -> None:
+    """A full-page screenshot of ``pg`` in test-artifacts/ if the test of ``request`` failed."""
+    report = getattr(request.node, "rep_call", None)
+    if report is None or report.failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        name = prefix + re.sub(r"[^\w.-]+", "_", request.node.name)
+        with contextlib.suppress(Exception):
+            pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+            print(f"screenshot: {ARTIFACTS / f'{name}.png'}")
 
 
 # -- driving a notebook ------------------------------------------------------------------------
