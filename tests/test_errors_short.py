@@ -14,7 +14,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def _run(*sources: str):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
-    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True).execute()
+    NotebookClient(nb, timeout=60, kernel_name="python3", allow_errors=True, shutdown_kernel="immediate").execute()
     errors = []
     for cell in nb.cells[1:]:
         (error,) = [o for o in cell.outputs if o.output_type == "error"]

@@ -62,7 +62,8 @@ def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_editio
     folder = course / "submitted" / "tuned" / lesson
     folder.mkdir(parents=True)
     nbformat.write(tuned, folder / f"{lesson}.ipynb")
-    log = run("autograde", lesson, "--create", "--force")
+    # each submission's kernel is killed once its notebook ran (a torch kernel's clean exit takes seconds)
+    log = run("autograde", lesson, "--create", "--force", "--Execute.shutdown_kernel=immediate")
     # nbgrader's own errors ("[AutogradeApp | ERROR] ..."). Not a line from tornado/zmq that a kernel
     # being torn down between two submissions sometimes logs: the scores below say whether grading worked.
     errors = [line for line in (log.stdout + log.stderr).splitlines() if re.search(r"\[\w+ \| ERROR\]", line)]

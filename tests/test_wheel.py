@@ -125,7 +125,8 @@ def test_the_wheel_carries_the_lessons_and_its_console_script_writes_a_workbook_
         nb = nbformat.read({LESSON!r}, as_version=4)
         nb.cells.append(nbformat.v4.new_code_cell(
             "import sys, hooktutor; print(sys.prefix); print(hooktutor.__file__)"))
-        NotebookClient(nb, kernel_name="python3", timeout=120).execute()
+        # immediate: the kernel is killed once the lesson ran (its clean exit, torch loaded, takes seconds)
+        NotebookClient(nb, kernel_name="python3", timeout=120, shutdown_kernel="immediate").execute()
         print(nb.cells[-1].outputs[0]["text"])
     """)
     where = run([python, "-c", runner], cwd=workbook).stdout.strip().splitlines()[-2:]

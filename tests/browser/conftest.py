@@ -210,8 +210,11 @@ def lab(tmp_path_factory):
 
     # its kernels compute as that CPU would: the learner's hour holds their outputs to the stored ones
     env = {**_environment(tmp), **CPU_PROFILES[BROWSER_PROFILE]}
-    # window.jupyterapp: a test can open a notebook in a Lab page already loaded (open_in_lab)
-    with serve_lab(root, env, tmp / "lab.log", ("--LabApp.expose_app_in_browser=True",)) as server:
+    # window.jupyterapp: a test can open a notebook in a Lab page already loaded (open_in_lab).
+    # A kernel a test is done with gets 0.5 s to exit when its session is deleted, then it is
+    # stopped by a signal: its clean exit (torch loaded) takes 1-2.5 s, waited out by every test.
+    args = ("--LabApp.expose_app_in_browser=True", "--KernelManager.shutdown_wait_time=0.5")
+    with serve_lab(root, env, tmp / "lab.log", args) as server:
         yield server
 
 
@@ -261,15 +264,20 @@ def fresh_page(browser, lab, request, viewport, prefix=""):
     try:
         yield pg
     finally:
-        report = getattr(request.node, "rep_call", None)
-        if report is None or report.failed:
-            ARTIFACTS.mkdir(exist_ok=True)
-            name = prefix + re.sub(r"[^\w.-]+", "_", request.node.name)
-            with contextlib.suppress(Exception):
-                pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-                print(f"screenshot: {ARTIFACTS / f'{name}.png'}")
+        screenshot_if_failed(pg, request, prefix)
         with contextlib.suppress(Exception):
             context.close()
+
+
+def screenshot_if_failed(pg, request, prefix="") -> None:
+    """A full-page screenshot of ``pg`` in test-artifacts/ if the test of ``request`` failed."""
+    report = getattr(request.node, "rep_call", None)
+    if report is None or report.failed:
+        ARTIFACTS.mkdir(exist_ok=True)
+        name = prefix + re.sub(r"[^\w.-]+", "_", request.node.name)
+        with contextlib.suppress(Exception):
+            pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+            print(f"screenshot: {ARTIFACTS / f'{name}.png'}")
 
 
 # -- driving a notebook ------------------------------------------------------------------------

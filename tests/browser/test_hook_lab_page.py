@@ -1,7 +1,13 @@
 """The hook lab (``notebooks/06_hook_lab.ipynb``) in JupyterLab: choosing a mode in a panel's
 dropdown attaches the hook, and the page shows it within a second: the pictures, the loss
 line and the hook table, which must agree with ``list_hooks`` in the kernel (asked through
-the probe button of ``conftest.py``, appended to the copy of the notebook)."""
+the probe button of ``conftest.py``, appended to the copy of the notebook). At a laptop size
+(1366x768) no label, button or choice of its panel is cut off and every control changes what
+is shown (screenshots in test-artifacts/laptop-hook-lab*.png).
+
+The lesson is run once (Run All, in one page) for both tests: each runs the panel's cell again
+for a fresh panel on a fresh model, as a learner would, and sets its own window size.
+"""
 
 from __future__ import annotations
 
@@ -18,21 +24,57 @@ from .conftest import (
     open_notebook,
     run_all,
     run_cell,
+    screenshot_if_failed,
     wait_idle,
 )
+from .test_laptop_layout import LAPTOP, assert_nothing_cut_off, changed, shot
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not (ROOT / "notebooks" / "06_hook_lab.ipynb").exists(),
+                                 reason="notebooks/06_hook_lab.ipynb is not written yet")]
 
 LAB = ROOT / "notebooks" / "06_hook_lab.ipynb"
 PANEL_CELL = "cnn_panel = HookPanel("
 
 
-@pytest.mark.skipif(not LAB.exists(), reason="notebooks/06_hook_lab.ipynb is not written yet")
-def test_choosing_modes_in_the_panel_attaches_hooks_and_redraws_within_a_second(page, lab):
+@pytest.fixture(scope="module")
+def ran_hook_lab(browser, lab):
+    """One page with the lesson (and the probe cell) after Run All, no error shown; a server
+    with no other kernel running."""
+    lab.delete_sessions()
+    context = browser.new_context(viewport=LAPTOP)
+    context.set_default_timeout(15_000)
+    pg = context.new_page()
+    try:
+        open_notebook(pg, lab, copy_notebook(lab, LAB, extra_cells=[PROBE.format(model="cnn")]))
+        run_all(pg)
+        yield pg
+    finally:
+        context.close()
+
+
+def hook_lab_at(pg, request, viewport: dict):
+    """The page of ``ran_hook_lab`` at ``viewport``; a screenshot if the test fails."""
+    pg.set_viewport_size(viewport)
+    try:
+        yield pg
+    finally:
+        screenshot_if_failed(pg, request, prefix="hook-lab-")
+
+
+@pytest.fixture
+def page(ran_hook_lab, request):
+    yield from hook_lab_at(ran_hook_lab, request, {"width": 1400, "height": 1000})
+
+
+@pytest.fixture
+def laptop(ran_hook_lab, request):
+    yield from hook_lab_at(ran_hook_lab, request, LAPTOP)
+
+
+def test_choosing_modes_in_the_panel_attaches_hooks_and_redraws_within_a_second(page):
     from playwright.sync_api import expect
 
-    open_notebook(page, lab, copy_notebook(lab, LAB, extra_cells=[PROBE.format(model="cnn")]))
-    run_all(page)
     assert_no_errors(page)
     # The lesson's last cell closes its panels (no hook may outlive a lesson); run the
     # panel's cell again, as a learner would, for a live panel.
@@ -96,3 +138,51 @@ def test_choosing_modes_in_the_panel_attaches_hooks_and_redraws_within_a_second(
     panel.locator(".widget-dropdown", has=page.locator("label", has_text=re.compile(r"^show$"))) \
         .locator("select").select_option("features.4")
     expect(activation).not_to_have_attribute("src", act_off, timeout=1_000)
+
+
+def test_the_hook_lab_fits_a_laptop_screen_and_every_control_shows(laptop):
+    from playwright.sync_api import expect
+
+    assert_no_errors(laptop)
+    run_cell(laptop, PANEL_CELL)  # the lesson's last cell reset it; a fresh live panel
+    panel = laptop.locator(".hooktutor-panel").filter(has_text="HookPanel: SmallCNN")
+    expect(panel.locator(".hooktutor-mode select")).to_have_count(8)
+    wait_idle(laptop)
+    shot(panel, "hook-lab")
+    assert_nothing_cut_off(panel, "the hook lab")
+
+    loss = panel.locator(".hooktutor-loss")
+    table = panel.locator(".hooktutor-table")
+    activation = panel.locator(".hooktutor-activation img")
+    gradients = panel.locator(".hooktutor-gradients img")
+    status = panel.locator(".hooktutor-panel-status")
+
+    def shown() -> tuple:
+        return (loss.inner_text(), table.inner_text(), activation.get_attribute("src"),
+                gradients.get_attribute("src"), status.inner_text())
+
+    def changes(action, what: str) -> None:
+        before = shown()
+        action()
+        assert changed(shown, before), f"{what} changed nothing shown"
+        wait_idle(laptop)
+
+    def labelled(cls: str, label: str):
+        return panel.locator(cls, has=laptop.locator("label", has_text=re.compile(rf"^{re.escape(label)}$")))
+
+    mode = lambda layer: labelled(".hooktutor-mode", layer).locator("select")  # noqa: E731
+    changes(lambda: mode("features.0").select_option("scale"), "a mode dropdown")
+    changes(lambda: panel.locator(".hooktutor-scale input[type=range], .hooktutor-scale .noUi-handle")
+            .first.focus() or laptop.keyboard.press("ArrowRight"), "the scale slider")
+    changes(lambda: mode("features.0").select_option("off"), "a mode dropdown back to off")
+    changes(lambda: labelled(".widget-dropdown", "show").locator("select").select_option("features.4"),
+            "the layer shown")
+    changes(lambda: panel.get_by_role("button", name="feature maps").click(), "histogram / feature maps")
+    inplace = panel.locator(".hooktutor-inplace input[type=checkbox]")
+    for store in ("a copy (clone)", "output.detach()"):
+        if store == "output.detach()":
+            changes(lambda: panel.get_by_role("button", name=store).click(), "the stored kind")
+        changes(lambda: inplace.click(), f"the in-place switch while the panel stores {store}")
+        shot(panel, f"hook-lab-inplace-{'copy' if 'copy' in store else 'detach'}")
+        assert_nothing_cut_off(panel, "the hook lab")
+        changes(lambda: inplace.click(), f"the in-place switch back, storing {store}")

@@ -1,13 +1,13 @@
-"""The widgets at a laptop size (1366x768): the hook lab and every lesson's "Try it live"
-widget, after Run All. No label, description, button or choice shown is cut off (its text
-fits its box: scrollWidth within clientWidth, and a dropdown's chosen text within the
-dropdown), and every control changes what is shown (a picture, the status line, the table).
+"""The widgets at a laptop size (1366x768): every lesson's "Try it live" widget, after Run
+All (the hook lab's panel: tests/browser/test_hook_lab_page.py, on that file's Run All). No
+label, description, button or choice shown is cut off (its text fits its box: scrollWidth
+within clientWidth, and a dropdown's chosen text within the dropdown), and every control
+changes what is shown (a picture, the status line, the table).
 Screenshots go to test-artifacts/ (laptop-*.png).
 
 The lessons' widget cells are taken verbatim from the notebooks and run in one generated
 notebook, after a set-up cell of stand-ins for the names they use (so one kernel and one
-Run All cover every lesson, instead of executing seven lessons in full). The hook lab is the
-real notebook.
+Run All cover every lesson, instead of executing seven lessons in full).
 """
 
 from __future__ import annotations
@@ -24,11 +24,9 @@ from .conftest import (
     CURRENT,
     ROOT,
     assert_no_errors,
-    copy_notebook,
     fresh_page,
     open_notebook,
     run_all,
-    run_cell,
     wait_idle,
     write_notebook,
 )
@@ -200,54 +198,3 @@ def test_every_lesson_widget_fits_a_laptop_screen_and_every_click_shows(laptop, 
         unclick()
         expect(status).to_have_text(before_status, timeout=2_000)
         wait_idle(laptop)
-
-
-@pytest.mark.skipif(not HOOK_LAB.exists(), reason="notebooks/06_hook_lab.ipynb is not written yet")
-def test_the_hook_lab_fits_a_laptop_screen_and_every_control_shows(laptop, lab):
-    from playwright.sync_api import expect
-
-    open_notebook(laptop, lab, copy_notebook(lab, HOOK_LAB))
-    run_all(laptop)
-    assert_no_errors(laptop)
-    run_cell(laptop, "cnn_panel = HookPanel(")  # the lesson's last cell reset it; a fresh live panel
-    panel = laptop.locator(".hooktutor-panel").filter(has_text="HookPanel: SmallCNN")
-    expect(panel.locator(".hooktutor-mode select")).to_have_count(8)
-    wait_idle(laptop)
-    shot(panel, "hook-lab")
-    assert_nothing_cut_off(panel, "the hook lab")
-
-    loss = panel.locator(".hooktutor-loss")
-    table = panel.locator(".hooktutor-table")
-    activation = panel.locator(".hooktutor-activation img")
-    gradients = panel.locator(".hooktutor-gradients img")
-    status = panel.locator(".hooktutor-panel-status")
-
-    def shown() -> tuple:
-        return (loss.inner_text(), table.inner_text(), activation.get_attribute("src"),
-                gradients.get_attribute("src"), status.inner_text())
-
-    def changes(action, what: str) -> None:
-        before = shown()
-        action()
-        assert changed(shown, before), f"{what} changed nothing shown"
-        wait_idle(laptop)
-
-    def labelled(cls: str, label: str):
-        return panel.locator(cls, has=laptop.locator("label", has_text=re.compile(rf"^{re.escape(label)}$")))
-
-    mode = lambda layer: labelled(".hooktutor-mode", layer).locator("select")  # noqa: E731
-    changes(lambda: mode("features.0").select_option("scale"), "a mode dropdown")
-    changes(lambda: panel.locator(".hooktutor-scale input[type=range], .hooktutor-scale .noUi-handle")
-            .first.focus() or laptop.keyboard.press("ArrowRight"), "the scale slider")
-    changes(lambda: mode("features.0").select_option("off"), "a mode dropdown back to off")
-    changes(lambda: labelled(".widget-dropdown", "show").locator("select").select_option("features.4"),
-            "the layer shown")
-    changes(lambda: panel.get_by_role("button", name="feature maps").click(), "histogram / feature maps")
-    inplace = panel.locator(".hooktutor-inplace input[type=checkbox]")
-    for store in ("a copy (clone)", "output.detach()"):
-        if store == "output.detach()":
-            changes(lambda: panel.get_by_role("button", name=store).click(), "the stored kind")
-        changes(lambda: inplace.click(), f"the in-place switch while the panel stores {store}")
-        shot(panel, f"hook-lab-inplace-{'copy' if 'copy' in store else 'detach'}")
-        assert_nothing_cut_off(panel, "the hook lab")
-        changes(lambda: inplace.click(), f"the in-place switch back, storing {store}")
