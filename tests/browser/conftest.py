@@ -293,12 +293,16 @@ def write_notebook(lab: Lab, name: str, cells: list[str]) -> str:
     return name
 
 
-def copy_notebook(lab: Lab, source: Path, *, extra_cells: list[str] = ()) -> str:
+def copy_notebook(lab: Lab, source: Path, *, extra_cells: list[str] = (), upto: str | None = None) -> str:
     """Copy ``source`` into the server's root without its outputs (Run All makes them), with
-    ``extra_cells`` appended; return its name."""
+    ``extra_cells`` appended; return its name. ``upto``: keep only the cells up to the first code
+    cell that contains it."""
     import nbformat
 
     nb = nbformat.read(source, as_version=4)
+    if upto is not None:
+        last = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and upto in c.source)
+        nb.cells = nb.cells[:last + 1]
     for code in extra_cells:
         nb.cells.append(nbformat.v4.new_code_cell(code))
     for cell in nb.cells:

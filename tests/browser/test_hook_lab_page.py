@@ -5,8 +5,10 @@ the probe button of ``conftest.py``, appended to the copy of the notebook). At a
 (1366x768) no label, button or choice of its panel is cut off and every control changes what
 is shown (screenshots in test-artifacts/laptop-hook-lab*.png).
 
-The lesson is run once (Run All, in one page) for both tests: each runs the panel's cell again
-for a fresh panel on a fresh model, as a learner would, and sets its own window size.
+The lesson's cells up to its CNN panel (the panel's cell makes its own model and data) are run
+once (Run All, in one page) for both tests: each runs the panel's cell again for a fresh panel on
+a fresh model, as a learner would, and sets its own window size. The whole lesson runs in the
+browser in tests/browser/test_learner_hour.py.
 """
 
 from __future__ import annotations
@@ -39,14 +41,15 @@ PANEL_CELL = "cnn_panel = HookPanel("
 
 @pytest.fixture(scope="module")
 def ran_hook_lab(browser, lab):
-    """One page with the lesson (and the probe cell) after Run All, no error shown; a server
-    with no other kernel running."""
+    """One page with the lesson to its CNN panel (and the probe cell) after Run All, no error
+    shown; a server with no other kernel running."""
     lab.delete_sessions()
     context = browser.new_context(viewport=LAPTOP)
     context.set_default_timeout(15_000)
     pg = context.new_page()
     try:
-        open_notebook(pg, lab, copy_notebook(lab, LAB, extra_cells=[PROBE.format(model="cnn")]))
+        open_notebook(pg, lab, copy_notebook(lab, LAB, extra_cells=[PROBE.format(model="cnn")],
+                                             upto=PANEL_CELL))
         run_all(pg)
         yield pg
     finally:
@@ -76,8 +79,7 @@ def test_choosing_modes_in_the_panel_attaches_hooks_and_redraws_within_a_second(
     from playwright.sync_api import expect
 
     assert_no_errors(page)
-    # The lesson's last cell closes its panels (no hook may outlive a lesson); run the
-    # panel's cell again, as a learner would, for a live panel.
+    # Run the panel's cell again, as a learner would, for a live panel on a fresh model.
     run_cell(page, PANEL_CELL)
     panel = page.locator(".hooktutor-panel").filter(has_text="HookPanel: SmallCNN")
     expect(panel.locator(".hooktutor-mode select")).to_have_count(8)
@@ -144,7 +146,7 @@ def test_the_hook_lab_fits_a_laptop_screen_and_every_control_shows(laptop):
     from playwright.sync_api import expect
 
     assert_no_errors(laptop)
-    run_cell(laptop, PANEL_CELL)  # the lesson's last cell reset it; a fresh live panel
+    run_cell(laptop, PANEL_CELL)  # a fresh live panel on a fresh model
     panel = laptop.locator(".hooktutor-panel").filter(has_text="HookPanel: SmallCNN")
     expect(panel.locator(".hooktutor-mode select")).to_have_count(8)
     wait_idle(laptop)
