@@ -93,7 +93,8 @@ exercise = Exercise(
     equivalent_mutants={
         "number@8: 0 -> -1": "nn.Conv2d's forward takes one argument: args has one entry, args[-1] is args[0]",
     },
-    guide="""a forward hook on the output (one value per output channel: the statistic of the
+    guide="""`type(module) is nn.Conv2d` (misses subclasses, such as quantization-aware training's
+    convs: `isinstance`); a forward hook on the output (one value per output channel: the statistic of the
     next layer's input, not this one's); reducing over the wrong dimensions (the last one, or a
     dimension found by its size, wrong when H equals C); no `abs()`; keeping only the last batch's
     maximum; a list of every activation (or of every call's maxima, even as Python floats) max'ed
@@ -110,15 +111,20 @@ exercise = Exercise(
 
 # -- models ---------------------------------------------------------------------------------
 
+class _FakeQuantConv2d(nn.Conv2d):
+    """A subclass of ``nn.Conv2d``, as quantization-aware training and other libraries make: an
+    ``nn.Conv2d`` all the same (``type(m) is nn.Conv2d`` misses it)."""
+
+
 class _ConvNet(nn.Module):
-    """``head(pool(body(stem(x))))``: the convs are ``stem`` and ``body.1`` (inside a Sequential);
-    the Linear ``head`` is no conv. Input ``(N, 2, H, W)``."""
+    """``head(pool(body(stem(x))))``: the convs are ``stem`` and ``body.1`` (inside a Sequential, a
+    subclass of ``nn.Conv2d``); the Linear ``head`` is no conv. Input ``(N, 2, H, W)``."""
 
     def __init__(self, seed: int = 0) -> None:
         super().__init__()
         with seeded(seed):
             self.stem = nn.Conv2d(2, 4, 3, padding=1)
-            self.body = nn.Sequential(nn.ReLU(), nn.Conv2d(4, 3, 1), nn.Tanh())
+            self.body = nn.Sequential(nn.ReLU(), _FakeQuantConv2d(4, 3, 1), nn.Tanh())
             self.head = nn.Linear(3, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -210,7 +216,7 @@ def _expect_absmax(t: Tester, got: object, ref: _Reference, what: str) -> None:
     names = sorted(str(k) for k in got)
     t.expect(names == sorted(ref.want), what=f"the names in {what}", expected=sorted(ref.want), got=names, nudge=(
         "one entry per nn.Conv2d, keyed by its qualified name from model.named_modules() (nested ones too, "
-        "and nothing else)"))
+        "subclasses of nn.Conv2d too: isinstance(module, nn.Conv2d), and nothing else)"))
     for name, want in ref.want.items():
         value = got[name]
         t.expect_type(value, torch.Tensor, what=f"{what}[{name!r}]", nudge="a tensor of shape (in_channels,)")
@@ -402,15 +408,16 @@ def _(answer, t: Tester) -> None:
 # -- the wrong answers peculiar to this exercise -------------------------------------------------
 
 def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", grad_mode="off",
-               remove="finally", eval_mode=None):
+               remove="finally", eval_mode=None, select="isinstance"):
     """One factory for the near-copy wrong answers: ``hook`` ("pre", "forward": the output, "forward on
     the input": a forward hook that reads args[0]), ``dims``
     (reduced over; "by size": the last dim whose size is in_channels is taken as the channels),
     ``magnitude`` (False: no abs), ``update`` ("running", "last": overwritten, "list": every input kept
     and max'ed at the end, "floats": every call's maxima kept as Python floats),
     ``grad_mode`` ("off", "on": no torch.no_grad), ``remove`` ("finally",
-    "after", "never") and ``eval_mode`` (model.eval(), then: "left" as it is, "train()": model.train() in the
-    finally:, "train(was)": model.train(the model's own flag before) in the finally:)."""
+    "after", "never"), ``eval_mode`` (model.eval(), then: "left" as it is, "train()": model.train() in the
+    finally:, "train(was)": model.train(the model's own flag before) in the finally:) and ``select``
+    ("isinstance", "type is": ``type(module) is nn.Conv2d``, which misses subclasses)."""
     def answer(model, batches):
         absmax, kept, floats, handles = {}, {}, {}, []
 
@@ -438,7 +445,7 @@ def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", 
             return lambda module, args, output: observe(module, output)
 
         for name, module in model.named_modules():
-            if isinstance(module, nn.Conv2d):
+            if isinstance(module, nn.Conv2d) if select == "isinstance" else type(module) is nn.Conv2d:
                 register = module.register_forward_pre_hook if hook == "pre" else module.register_forward_hook
                 handles.append(register(make_hook(name)))
         was = model.training
@@ -473,6 +480,8 @@ def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", 
 
 exercise.wrong("a forward hook on the output: per output channel", mentions="OUTPUT channel")(
     _calibrate(hook="forward"))
+exercise.wrong("type(module) is nn.Conv2d: misses a subclass", mentions="one entry per nn.Conv2d")(
+    _calibrate(select="type is"))
 exercise.wrong("a forward hook that reads args[0]", mentions="PRE-hook")(_calibrate(hook="forward on the input"))
 exercise.wrong("every call's maxima kept as Python floats, max'ed at the end",
                mentions="grows with the number of batches")(_calibrate(update="floats"))

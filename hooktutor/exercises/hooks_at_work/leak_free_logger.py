@@ -72,7 +72,8 @@ exercise = Exercise(
     guide="""appending the output or `output.norm()` (a tensor that holds the step's graph: its nodes stay, and
     on passes without `backward()` every activation they saved); floats in the list but the outputs
     (every one or every few, detached or not, or only the last output or input) kept in another
-    list of the hook's: the same leak, out of sight;
+    list of the hook's: the same leak, out of sight; keeping `output.grad_fn` (no tensor, but the
+    graph, and on a pass without `backward()` the input it saved);
     `output.norm().detach()` (no graph, so
     not that leak, and rejected only because the task asks for floats: ask what a logger's reader
     wants); a hook that refers to `layer` (a closure, or a bound method of an object that keeps the
@@ -174,19 +175,28 @@ def _(answer, t: Tester) -> None:
                  + ". Nothing of a step may stay alive after it: append output.norm().item() and keep no tensor"))
 
 
-@exercise.case("a fresh list per call, and the handle removes the hook")
+@exercise.case("a pass without backward() leaves nothing alive; a fresh list per call; the handle removes "
+               "the hook")
 def _(answer, t: Tester) -> None:
     model = t.track(_tiny(2), "the tiny model")
     x = torch.randn(2, 3, generator=torch.Generator().manual_seed(2))
     norms, handle = _unpack(t, answer(model[0]), "log_output_norms(model[0])")
+    evaluated = torch.randn(2, 3, generator=torch.Generator().manual_seed(3))
+    model(evaluated)   # a pass without backward(): its graph holds the input until it is dropped
+    graph_input = weakref.ref(evaluated)
+    del evaluated
+    t.expect(graph_input() is None, what="the input of a forward pass without backward(), after it",
+             expected="freed", got="still alive", nudge=(
+                 "your hook keeps that pass's autograd graph (output.grad_fn, or a tensor that requires "
+                 "grad), and the graph holds the input it saved: keep only the float"))
     model(x)
-    t.expect(len(norms) == 1, what="len(norms) after one forward", expected=1, got=len(norms), nudge=(
+    t.expect(len(norms) == 2, what="len(norms) after two forwards", expected=2, got=len(norms), nudge=(
         "make a fresh list in every call of log_output_norms: a list outside it (a global, a default "
         "argument) is shared by every logger"))
     handle.remove()
     model(x)
-    t.expect(len(norms) == 1 and not learners_hooks(model), what="after handle.remove() and another forward",
-             expected="the hook gone: still 1 entry", got=f"{len(norms)} entries", nudge=(
+    t.expect(len(norms) == 2 and not learners_hooks(model), what="after handle.remove() and another forward",
+             expected="the hook gone: still 2 entries", got=f"{len(norms)} entries", nudge=(
                  "return the handle that layer.register_forward_hook(hook) gave you: its remove() takes the hook off"))
 
 
@@ -286,6 +296,8 @@ exercise.wrong("also keeps the last output, detached", mentions="a tensor of the
     _logger(also_keep=lambda args, output: output.detach(), last=True))
 exercise.wrong("also keeps the last input", mentions="a tensor of the last step is kept")(
     _logger(also_keep=lambda args, output: args[0], last=True))
+exercise.wrong("also keeps every output's grad_fn", mentions="keeps that pass's autograd graph")(
+    _logger(also_keep=lambda args, output: output.grad_fn))
 exercise.wrong("a hook that closes over `layer`", mentions="reference cycle")(_logger(refer_to_layer=True))
 exercise.wrong("a list shared by every call", mentions="fresh list")(_logger(shared=True))
 
