@@ -73,22 +73,9 @@ COMPAT_TRANSFORMERS = ["5.0.0", "4.57.6"]
 
 
 def pinned(package: str) -> str:
-    """The release of ``package`` that requirements/constraints.txt pins for this Python."""
-    import platform
-
-    here = tuple(int(p) for p in platform.python_version_tuple()[:2])
-    for line in CONSTRAINTS.read_text().splitlines():
-        spec, _, marker = line.partition(";")
-        if not spec.strip().lower().startswith(f"{package}=="):
-            continue
-        if marker.strip():  # python_version < "3.11" / >= "3.11"
-            op, ver = marker.split("python_version", 1)[1].split('"')[0].strip(), marker.split('"')[1]
-            want = tuple(int(p) for p in ver.split("."))
-            if not {"<": here < want, ">=": here >= want, "<=": here <= want, ">": here > want,
-                    "==": here == want}.get(op, True):
-                continue
-        return spec.split("==", 1)[1].strip()
-    return "pinned"
+    """The release of ``package`` that requirements/constraints.txt pins for this Python (the
+    doctor's reading of the file: hooktutor/course/doctor.py)."""
+    return _doctor.pinned_versions(CONSTRAINTS).get(package.lower().replace("_", "-"), "pinned")
 
 
 def pinned_torch() -> str:
@@ -224,6 +211,7 @@ _lab = _load_course_module("lab")
 # Which tool installs .venv (uv when found, else pip) and its command lines: standard library
 # only too, in hooktutor/course/installer.py.
 _installer = _load_course_module("installer")
+_doctor = _load_course_module("doctor")   # standard library only, like the two above
 INSTRUCTOR_FLAG = _lab.INSTRUCTOR_FLAG
 lab_config = _lab.lab_config
 write_lab_config = _lab.write_lab_config

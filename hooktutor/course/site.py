@@ -85,19 +85,10 @@ def sphinx_missing() -> str | None:
     return None
 
 
-def home_url(root: Path) -> str:
-    """The course's public home, from [project.urls] of pyproject.toml."""
-    try:
-        import tomllib
-    except ImportError:  # Python 3.10
-        return "https://github.com/hooktutor/hooktutor"
-    data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
-    return data.get("project", {}).get("urls", {}).get("Homepage", "https://github.com/hooktutor/hooktutor")
-
-
 def prepare(root: Path, src: Path, *, widgets: bool = True) -> None:
     """Write the site's source folder ``src``: lessons, guides, landing page, conf.py, CSS."""
-    from .site_source import write_source
+    from .links import home as home_of
+    from .site_source import write_if_changed, write_source
 
     src.mkdir(parents=True, exist_ok=True)
     fallbacks = {}
@@ -105,17 +96,12 @@ def prepare(root: Path, src: Path, *, widgets: bool = True) -> None:
         from .site_widgets import render_all
 
         fallbacks = render_all(root, src / "widgets")
-    home = home_url(root)
+    home = home_of(root)
     write_source(root, src, fallbacks, home=home)
     (src / "_static").mkdir(exist_ok=True)
-    _write(src / "_static" / "hooktutor.css", CSS)
-    _write(src / "_static" / "favicon.svg", FAVICON)
-    _write(src / "conf.py", f"HOME = {home!r}\n" + CONF)
-
-
-def _write(path: Path, text: str) -> None:
-    if not path.exists() or path.read_text(encoding="utf-8") != text:
-        path.write_text(text, encoding="utf-8")
+    write_if_changed(src / "_static" / "hooktutor.css", CSS)
+    write_if_changed(src / "_static" / "favicon.svg", FAVICON)
+    write_if_changed(src / "conf.py", f"HOME = {home!r}\n" + CONF)
 
 
 def build(src: Path, out: Path, doctrees: Path, *, quiet: bool = True) -> int:

@@ -54,7 +54,7 @@ def lesson_table(readme: str) -> list[Lesson]:
     return rows
 
 
-def _source(cell: dict) -> str:
+def source_of(cell: dict) -> str:
     src = cell.get("source", "")
     return "".join(src) if isinstance(src, list) else src
 
@@ -107,7 +107,7 @@ def prepare_lesson(nb: dict, widget_cells: dict[int, str] | None = None) -> dict
     aliases = {}
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
-            for module, alias in _IMPORT.findall(_source(cell)):
+            for module, alias in _IMPORT.findall(source_of(cell)):
                 aliases[alias] = module
     out: list[dict] = []
     pending_solution_at: int | None = None  # where the answer cells of the current exercise start
@@ -123,7 +123,7 @@ def prepare_lesson(nb: dict, widget_cells: dict[int, str] | None = None) -> dict
                 if pending_solution_at is None:
                     pending_solution_at = len(out)
             if CHECK_TAG in tags and pending_solution_at is not None:
-                exercise = exercise_of(_source(cell), aliases)
+                exercise = exercise_of(source_of(cell), aliases)
                 if exercise is not None and exercise.hints:
                     out.insert(pending_solution_at, _markdown(hints_markdown(exercise.title, exercise.hints),
                                                               "hooktutor-hints", f"site-hints-{index}"))
@@ -146,7 +146,7 @@ def title_of(nb: dict) -> str:
     """The lesson's title: its first heading (``# 01 · Tensor hooks: ...``)."""
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
-            for line in _source(cell).splitlines():
+            for line in source_of(cell).splitlines():
                 if line.startswith("# "):
                     return line[2:].strip()
     return ""
@@ -208,14 +208,14 @@ def write_source(root: Path, dest: Path, fallbacks: dict[str, dict[int, str]] | 
         nb = json.loads((root / "notebooks" / f"{lesson.stem}.ipynb").read_text(encoding="utf-8"))
         lesson.title = title_of(nb)
         site_nb = prepare_lesson(nb, fallbacks.get(lesson.stem))
-        _write_if_changed(dest / f"{lesson.stem}.ipynb", json.dumps(site_nb, indent=1, ensure_ascii=False) + "\n")
+        write_if_changed(dest / f"{lesson.stem}.ipynb", json.dumps(site_nb, indent=1, ensure_ascii=False) + "\n")
     for guide in GUIDES:
-        _write_if_changed(dest / guide, (root / "docs" / guide).read_text(encoding="utf-8"))
-    _write_if_changed(dest / "index.md", index_page(lessons, home))
+        write_if_changed(dest / guide, (root / "docs" / guide).read_text(encoding="utf-8"))
+    write_if_changed(dest / "index.md", index_page(lessons, home))
     return lessons
 
 
-def _write_if_changed(path: Path, text: str) -> None:
+def write_if_changed(path: Path, text: str) -> None:
     """Sphinx rebuilds only what changed: keep a file's time stamp when its text is the same."""
     if not path.exists() or path.read_text(encoding="utf-8") != text:
         path.write_text(text, encoding="utf-8")

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+from .site_source import WIDGET_VIEW, source_of
+
 LIVE_LINE = ("Run it live: `python3 course.py lab` opens this lesson in JupyterLab (or open it in Colab from "
              "the README's lesson table).")
 
@@ -68,11 +69,6 @@ def needed_cells(sources: list[str], target: int) -> list[int]:
                         todo.append(j)
                     break
     return sorted(chosen)
-
-
-def _code(cell: dict) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
 
 
 def widget_cells(nb: dict) -> list[int]:
@@ -156,7 +152,7 @@ def render_lesson(nb: dict, stem: str, folder: Path) -> dict[int, str]:
         return {}
     # a cell that shows an error on purpose (raises-exception) binds nothing a later cell can use
     skip = {"colab-setup", "raises-exception"}
-    code = [(i, _code(c)) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+    code = [(i, source_of(c)) for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
             and not skip & set(c.get("metadata", {}).get("tags", []))]
     position = {i: k for k, (i, _) in enumerate(code)}
     sources = [s for _, s in code]

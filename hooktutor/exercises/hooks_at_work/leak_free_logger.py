@@ -112,14 +112,14 @@ def _unpack(t: Tester, got: object, what: str) -> tuple[list, object]:
 def _expect_floats(t: Tester, norms: list, what: str) -> None:
     for i, entry in enumerate(norms):
         if isinstance(entry, torch.Tensor):
-            holds_graph = entry.grad_fn is not None or entry.requires_grad
+            graph = holds_graph(entry)
             t.expect(False, what=f"{what}[{i}]", expected="a Python float", got=(
-                f"a tensor of shape {tuple(entry.shape)}" + (" that holds its step's autograd graph" if holds_graph
+                f"a tensor of shape {tuple(entry.shape)}" + (" that holds its step's autograd graph" if graph
                                                               else ", detached")), nudge=(
                 "each entry holds the autograd graph of its step (its nodes; on a pass without backward() every "
                 "activation it saved as well): over a run, memory grows step by step. Append "
                 "output.norm().item(), a float"
-                if holds_graph else
+                if graph else
                 "a detached tensor holds no graph, so that is not the leak; the task asks for Python floats, "
                 "though (a logger's list is read, printed and plotted): append output.norm().item()"))
         t.expect_type(entry, float, what=f"{what}[{i}]", nudge="append output.norm().item(), a Python float")
