@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from hooktutor.course.site_source import (
-    BEGIN_SOLUTION, END_SOLUTION, WIDGET_VIEW, figure_cells, lesson_table, prepare_lesson, write_source,
+    BEGIN_SOLUTION,
+    END_SOLUTION,
+    WIDGET_VIEW,
+    figure_cells,
+    lesson_table,
+    prepare_lesson,
+    write_source,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
