@@ -131,6 +131,11 @@ def run(cmd: list[str | os.PathLike], **kw) -> int:
     return subprocess.call([str(c) for c in cmd], cwd=kw.pop("cwd", ROOT), **kw)
 
 
+def run_install(cmd: list[str], env: dict[str, str]) -> int:
+    """An install step, saying each package as pip collects it (a first set-up is never silent)."""
+    return _installer.run_with_progress(cmd, say, env=env, cwd=ROOT)
+
+
 def _stamp(install: list[str]) -> str:
     h = hashlib.sha256()
     for f in (CONSTRAINTS, ROOT / "pyproject.toml"):
@@ -182,7 +187,7 @@ def ensure_env(torch: str | None = None, transformers: str | None = None) -> Pat
                      f"HOOKTUTOR_INSTALLER=pip python3 course.py {' '.join(sys.argv[1:])} uses pip instead.")
     say(f"installing {what} with {installer.name} ({installer.why}); the first time this takes a few minutes")
     for step in steps or [install]:
-        if run(_installer.install_command(installer, python, step), env=env) != 0:
+        if run_install(_installer.install_command(installer, python, step), env=env) != 0:
             sys.exit(f"[course] installing failed; see {installer.name}'s message above. `python3 course.py "
                      "doctor` explains the usual causes (an old Python, no network to the package index).")
     stamp_file.write_text(stamp + "\n")
