@@ -53,8 +53,8 @@ def test_without_uv_pip_installs_as_before():
     assert chosen.name == "pip" and "uv not found" in chosen.why
     assert installer.venv_command(chosen, "/v") is None  # the standard library's venv, with pip
     assert installer.install_command(chosen, "/v/bin/python", ["-c", "c.txt", "-e", ".[lab,test]"]) == [
-        "/v/bin/python", "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", "-c", "c.txt", "-e",
-        ".[lab,test]"]
+        "/v/bin/python", "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
+        "-c", "c.txt", "-e", ".[lab,test]"]
     assert installer.install_env(chosen, {"A": "1"}) == {"A": "1"}
 
 
@@ -144,11 +144,12 @@ def test_a_first_set_up_says_what_it_installs_as_it_goes(capsys):
     silent); its other lines are shown only when it fails."""
     said = []
     fake_pip = ("import sys; print('Collecting torch==2.13.0'); print('  Using cached torch.whl');"
-                "print('Collecting numpy'); print('Processing /opt/wheels/six-1.17.0-py2.py3-none-any.whl'); print('Installing collected packages: numpy, torch');"
+                "print('Collecting numpy'); print('Processing /opt/wheels/six-1.17.0-py2.py3-none-any.whl');"
+                "print('Installing collected packages: numpy, torch');"
                 "print('Successfully installed numpy torch'); sys.exit(int(sys.argv[1]))")
     assert installer.run_with_progress([sys.executable, "-c", fake_pip, "0"], said.append) == 0
-    assert said == ["    1  torch==2.13.0", "    2  numpy", "    3  six", "installing 2 packages (a minute or two, quietly)",
-                    "installed"]
+    assert said == ["    1  torch==2.13.0", "    2  numpy", "    3  six",
+                    "installing 2 packages (a minute or two, quietly)", "installed"]
     assert capsys.readouterr().out == ""
     assert installer.run_with_progress([sys.executable, "-c", fake_pip, "3"], said.append) == 3
     assert "Using cached torch.whl" in capsys.readouterr().out
