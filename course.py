@@ -3,7 +3,8 @@
 
     python3 course.py lab       # create .venv if missing, install pinned versions, open JupyterLab
                                 # on your workbook (workbook/: the lessons with exercises blank)
-    python3 course.py lab --instructor   # on notebooks/ (solutions, stored outputs, nbgrader tooling)
+    python3 course.py lab --instructor   # on course/: a copy of notebooks/ (solutions, stored outputs)
+                                         # and an nbgrader course (Formgrader, exchange)
     python3 course.py test      # the same set-up, then the whole test suite
     python3 course.py regen     # re-execute every notebook top to bottom, storing its outputs
     python3 course.py doctor    # check the environment and say what to fix
@@ -55,6 +56,7 @@ ROOT = Path(__file__).resolve().parent
 CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 NOTEBOOKS = ROOT / "notebooks"
 WORKBOOK = ROOT / "workbook"  # the learner's copies of the lessons (hooktutor/course/workbook.py)
+COURSE = ROOT / "course"  # the instructor's copies and nbgrader course (hooktutor/course/instructor.py)
 EXTRAS = "lab,test,site"  # site: Sphinx, MyST-NB, sphinx-book-theme (the website and its test)
 MIN_PYTHON = (3, 10)
 
@@ -129,6 +131,11 @@ def run(cmd: list[str | os.PathLike], **kw) -> int:
     return subprocess.call([str(c) for c in cmd], cwd=kw.pop("cwd", ROOT), **kw)
 
 
+def run_install(cmd: list[str], env: dict[str, str]) -> int:
+    """An install step, saying each package as pip collects it (a first set-up is never silent)."""
+    return _installer.run_with_progress(cmd, say, env=env, cwd=ROOT)
+
+
 def _stamp(install: list[str]) -> str:
     h = hashlib.sha256()
     for f in (CONSTRAINTS, ROOT / "pyproject.toml"):
@@ -180,7 +187,7 @@ def ensure_env(torch: str | None = None, transformers: str | None = None) -> Pat
                      f"HOOKTUTOR_INSTALLER=pip python3 course.py {' '.join(sys.argv[1:])} uses pip instead.")
     say(f"installing {what} with {installer.name} ({installer.why}); the first time this takes a few minutes")
     for step in steps or [install]:
-        if run(_installer.install_command(installer, python, step), env=env) != 0:
+        if run_install(_installer.install_command(installer, python, step), env=env) != 0:
             sys.exit(f"[course] installing failed; see {installer.name}'s message above. `python3 course.py "
                      "doctor` explains the usual causes (an old Python, no network to the package index).")
     stamp_file.write_text(stamp + "\n")
@@ -224,29 +231,38 @@ def lab_config_dir(instructor: bool = False) -> Path:
     return venv_dir() / "etc" / "hooktutor" / ("lab-instructor" if instructor else "lab-learner")
 
 
-def lab_command(jupyter: os.PathLike | str, args: list[str], root: Path = NOTEBOOKS) -> list[str]:
+def lab_command(jupyter: os.PathLike | str, args: list[str], root: Path = NOTEBOOKS,
+                first: str = _lab.FIRST_LESSON) -> list[str]:
     """The `jupyter lab` command line on folder ``root`` (``args``: what the user added, without
     --instructor)."""
-    return _lab.lab_command(jupyter, args, root)
+    return _lab.lab_command(jupyter, args, root, first)
 
 
 def cmd_lab(args: list[str]) -> int:
     instructor, args = lab_arguments(args)
     python = ensure_env()
     folder = write_lab_config(lab_config_dir(instructor), instructor)
+    first = _lab.FIRST_LESSON
     if instructor:
-        say("instructor mode: notebooks/ with every solution; nbgrader's menu, Validate button and "
-            "Create Assignment panel are on")
-        root = NOTEBOOKS
+        # a copy: Run All and Save in Lab never rewrite the tracked notebooks/ (hooktutor/course/instructor.py)
+        say(f"instructor mode: {COURSE.name}/ (ignored by git): lessons/, a copy of notebooks/ with every "
+            "solution, and the nbgrader course (source/, nbgrader_config.py, exchange/); nbgrader's menu, "
+            "Formgrader, Validate button and Create Assignment panel are on")
+        code = run([python, "-m", "hooktutor", "instructor", COURSE])  # never overwrites your changes
+        if code != 0:
+            return code
+        root, first = COURSE, f"lessons/{first}"
     else:
         say(f"learner mode: your workbook, exercises blank (`python3 course.py lab {INSTRUCTOR_FLAG}` "
-            "opens notebooks/, solutions included)")
+            "opens the instructor's edition, solutions included)")
         code = run([python, "-m", "hooktutor", "workbook", WORKBOOK])  # never overwrites your work
         if code != 0:
             return code
         root = WORKBOOK
     say(f"starting JupyterLab on {root} (open the URL printed below; Ctrl-C stops it)")
-    return run(lab_command(venv_bin("jupyter"), args, root), env=lab_environment(folder))
+    # started in the folder it serves: nbgrader reads nbgrader_config.py from the current folder
+    env = lab_environment(folder, bin_dir=venv_bin("jupyter").parent)
+    return run(lab_command(venv_bin("jupyter"), args, root, first), env=env, cwd=root)
 
 
 def cmd_test(args: list[str]) -> int:

@@ -9,8 +9,8 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    usage = ("usage: hooktutor lab [FOLDER] | workbook FOLDER | lab-config FOLDER | doctor\n"
-             "                 | regen NOTEBOOK... | student OUTDIR | answers [--write] | mutants [KEY...]\n"
+    usage = ("usage: hooktutor lab [FOLDER] | workbook FOLDER | instructor FOLDER | lab-config FOLDER\n"
+             "                 | doctor | regen NOTEBOOK... | student OUTDIR | answers [--write] | mutants [KEY...]\n"
              "                 | links [--write] | site [--out DIR]\n"
              "       (python -m hooktutor ... is the same command)\n"
              "  lab      write the learner's workbook into FOLDER (default ./hooktutor-workbook), then open\n"
@@ -21,6 +21,8 @@ def main(argv: list[str]) -> int:
              "  regen    execute notebooks top to bottom and store their outputs\n"
              "  student  write the student edition of every lesson into OUTDIR\n"
              "  workbook write or update a learner's workbook in FOLDER, never overwriting their work\n"
+             "  instructor write or update the instructor's course folder FOLDER (lessons/, an nbgrader\n"
+             "           course: source/, nbgrader_config.py, exchange/); course.py lab --instructor opens it\n"
              "  answers  compare (--write: rewrite) the lessons' answer cells and the instructors' guide\n"
              "           with the exercise files, their one source\n"
              "  mutants  mutate every exercise's solution, run each mutant through its check, print the\n"
@@ -56,6 +58,9 @@ def main(argv: list[str]) -> int:
     if command == "workbook":
         from .course.workbook import main as workbook
         return workbook(rest)
+    if command == "instructor":
+        from .course.instructor import main as instructor
+        return instructor(rest)
     if command == "lab":
         from .course.lab import main as lab
         return lab(rest)

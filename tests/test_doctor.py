@@ -41,3 +41,24 @@ def test_pins_are_read_for_this_python(tmp_path):
 def test_unknown_command_shows_usage():
     result = subprocess.run([sys.executable, "-m", "hooktutor", "nonsense"], capture_output=True, text=True)
     assert result.returncode == 2 and "usage: hooktutor " in result.stderr
+
+
+def test_the_advice_names_the_commands_of_the_learners_route(monkeypatch):
+    """In a checkout the doctor says `python3 course.py lab`; from an installed wheel (no course.py,
+    as on Colab or after pip install) it never names a command that is not there."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name == "torch":
+            raise ImportError("no torch here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    assert doctor.in_checkout()
+    assert "python3 course.py lab" in doctor.check_torch().fix
+    monkeypatch.setattr(doctor, "constraints_file", lambda: None)   # as in an installed wheel
+    for finding in (doctor.check_torch(), doctor.check_python()):
+        assert "course.py" not in finding.fix
+    assert "pip install torch" in doctor.check_torch().fix

@@ -200,3 +200,19 @@ def test_a_pytorch_hook_added_by_the_answer_is_no_leak_and_stays_but_a_user_hook
     assert "(and 1 more)" not in report.text and "forward_pre" not in report.text
     (layer,) = pruned  # the check stops at the first failing case
     assert [(r.kind, r.mechanism) for r in ht.list_hooks(layer)] == [("forward_pre", "prune")]
+
+
+@pytest.mark.parametrize("key", ["start_here.count_calls", "tensor_hooks.clip_hook", "forward_hooks.recorder"])
+def test_a_wrong_parameter_list_is_said_as_such(key):
+    """An answer with a parameter too few is told how the check calls it (the task's def line),
+    not that its result has the wrong type or shape."""
+    ex = EXERCISES[key]
+
+    def wrong_parameters():
+        return None
+
+    wrong_parameters.__name__ = ex.answer_name
+    report = ex.check(wrong_parameters)
+    assert not report.passed and "raised an error" in report.text, report.text
+    assert "parameters do not match" in report.text and ex.signature_line() in report.text, report.text
+    assert "type and shape" not in report.text

@@ -53,8 +53,8 @@ def test_without_uv_pip_installs_as_before():
     assert chosen.name == "pip" and "uv not found" in chosen.why
     assert installer.venv_command(chosen, "/v") is None  # the standard library's venv, with pip
     assert installer.install_command(chosen, "/v/bin/python", ["-c", "c.txt", "-e", ".[lab,test]"]) == [
-        "/v/bin/python", "-m", "pip", "install", "--disable-pip-version-check", "-q", "-c", "c.txt", "-e",
-        ".[lab,test]"]
+        "/v/bin/python", "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
+        "-c", "c.txt", "-e", ".[lab,test]"]
     assert installer.install_env(chosen, {"A": "1"}) == {"A": "1"}
 
 
@@ -120,6 +120,7 @@ def test_course_py_creates_and_installs_with_the_chosen_tool(monkeypatch, tmp_pa
         return 0
 
     monkeypatch.setattr(course, "run", run)
+    monkeypatch.setattr(course, "run_install", lambda cmd, env: run(cmd))
     monkeypatch.setattr(course._installer, "choose", lambda: uv_found())
     python = course.ensure_env()
     assert [cmd[:2] for cmd in ran] == [[UV, "venv"], [UV, "pip"]]
@@ -136,3 +137,19 @@ def test_course_py_doctor_says_which_installer(monkeypatch, capsys):
     monkeypatch.setattr(course._installer, "choose", lambda: installer.choose({}, uv=None))
     assert course.cmd_tool("doctor", []) == 0
     assert "[course] installs with pip (uv not found on PATH nor as the uv package" in capsys.readouterr().out
+
+
+def test_a_first_set_up_says_what_it_installs_as_it_goes(capsys):
+    """pip's "Collecting" lines become ours as they come (a first set-up takes minutes: never
+    silent); its other lines are shown only when it fails."""
+    said = []
+    fake_pip = ("import sys; print('Collecting torch==2.13.0'); print('  Using cached torch.whl');"
+                "print('Collecting numpy'); print('Processing /opt/wheels/six-1.17.0-py2.py3-none-any.whl');"
+                "print('Installing collected packages: numpy, torch');"
+                "print('Successfully installed numpy torch'); sys.exit(int(sys.argv[1]))")
+    assert installer.run_with_progress([sys.executable, "-c", fake_pip, "0"], said.append) == 0
+    assert said == ["    1  torch==2.13.0", "    2  numpy", "    3  six",
+                    "installing 2 packages (a minute or two, quietly)", "installed"]
+    assert capsys.readouterr().out == ""
+    assert installer.run_with_progress([sys.executable, "-c", fake_pip, "3"], said.append) == 3
+    assert "Using cached torch.whl" in capsys.readouterr().out

@@ -104,11 +104,16 @@ def test_cmd_lab_writes_the_mode_and_starts_lab_with_it(course, monkeypatch, tmp
     calls = []
     monkeypatch.setattr(course, "ensure_env", lambda torch=None: Path(sys.executable))
     monkeypatch.setattr(course, "WORKBOOK", tmp_path / "workbook")
+    monkeypatch.setattr(course, "COURSE", tmp_path / "course")
     monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append((cmd, kw)) or 0)
     assert course.cmd_lab(["--instructor", "--port=9"] if instructor else ["--port=9"]) == 0
-    if instructor:  # the solutions' folder, nothing written
-        (cmd, kw), = calls
-        assert f"--ServerApp.root_dir={course.NOTEBOOKS}" in cmd
+    if instructor:  # the course folder (a copy of the lessons, nbgrader), brought up to date first
+        (sync, _), (cmd, kw) = calls
+        assert sync == [Path(sys.executable), "-m", "hooktutor", "instructor", tmp_path / "course"]
+        assert f"--ServerApp.root_dir={tmp_path / 'course'}" in cmd
+        assert "--LabApp.default_url=/lab/tree/lessons/00_start_here.ipynb" in cmd
+        assert kw["cwd"] == tmp_path / "course"   # where nbgrader looks for nbgrader_config.py
+        assert not any(str(course.NOTEBOOKS) in str(word) for word in cmd)
     else:  # the learner's workbook, brought up to date first
         (sync, _), (cmd, kw) = calls
         assert sync == [Path(sys.executable), "-m", "hooktutor", "workbook", tmp_path / "workbook"]
@@ -117,6 +122,8 @@ def test_cmd_lab_writes_the_mode_and_starts_lab_with_it(course, monkeypatch, tmp
     assert "--instructor" not in cmd
     folder = course.lab_config_dir(instructor)
     assert kw["env"]["JUPYTER_CONFIG_PATH"] == str(folder)
+    # the environment's scripts first on PATH: the Formgrader runs alembic and nbgrader from there
+    assert kw["env"]["PATH"].split(os.pathsep)[0] == str(course.venv_bin("jupyter").parent)
     page = json.loads((folder / "labconfig" / "page_config.json").read_text())
     assert page["disabledExtensions"] == ({"@jupyterlab/lsp-extension": True} if instructor else
                                           {"@jupyterlab/lsp-extension": True, "@jupyter/nbgrader": True})

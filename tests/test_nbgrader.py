@@ -1,5 +1,8 @@
-"""nbgrader, for real: the generated course grades solutions full and the untouched edition zero,
-and its hidden tests catch an answer that passes every check the learner can run."""
+"""nbgrader, for real, in the instructor's course folder (``python3 course.py lab --instructor``
+writes it: hooktutor/course/instructor.py) and from its own ``nbgrader_config.py``: the generated
+course grades solutions full and the untouched edition zero, its hidden tests catch an answer that
+passes every check the learner can run, and feedback is generated. ``student --nbgrader`` writes the
+same nbgrader sources."""
 
 from __future__ import annotations
 
@@ -23,12 +26,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def course(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("student")
     course = tmp_path_factory.mktemp("course")
-    result = subprocess.run([sys.executable, "-m", "hooktutor", "student", str(out), "--nbgrader", str(course)],
+    result = subprocess.run([sys.executable, "-m", "hooktutor", "instructor", str(course)],
                             capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert (course / "nbgrader_config.py").exists() and (course / "exchange").is_dir()
     return course
+
+
+def test_student_nbgrader_writes_the_instructors_nbgrader_sources(course, tmp_path):
+    student.write_student_edition(tmp_path / "student", ROOT / "notebooks", nbgrader_course=tmp_path / "c")
+    mine = sorted(p.relative_to(tmp_path / "c") for p in (tmp_path / "c" / "source").rglob("*.ipynb"))
+    theirs = sorted(p.relative_to(course) for p in (course / "source").rglob("*.ipynb"))
+    assert mine == theirs and mine
+    for rel in mine:
+        assert (tmp_path / "c" / rel).read_bytes() == (course / rel).read_bytes(), rel
 
 
 def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_edition(course, tmp_path):
@@ -79,6 +91,9 @@ def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_editio
         assert untouched.score == 0
         tuned = gb.find_submission(lesson, "tuned")
         assert tuned.score == solved.max_score - 1, "the hidden tests should fail the tuned answer (only)"
+    run("generate_feedback", lesson, "--force")
+    for who in ("solved", "untouched", "tuned"):
+        assert (course / "feedback" / who / lesson / f"{lesson}.html").exists(), who
 
 
 VISIBLE_ONLY_SOURCE = '''def count_calls(model, x, layer):

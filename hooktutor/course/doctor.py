@@ -61,11 +61,24 @@ def pinned_versions(path: Path) -> dict[str, str]:
     return pins
 
 
+def in_checkout() -> bool:
+    """Whether this package runs from a course checkout (``python3 course.py ...`` exists), not
+    from an installed wheel (``pip install``, Colab, Binder): the doctor's advice names the
+    commands of the route the learner is on."""
+    return constraints_file() is not None and (constraints_file().parents[1] / "course.py").exists()
+
+
+def _fix(checkout: str, installed: str) -> str:
+    """The advice for a checkout, or for an installed package (no course.py there)."""
+    return checkout if in_checkout() else installed
+
+
 def check_python() -> Finding:
     v = sys.version_info
     ok = v[:2] >= MIN_PYTHON
     return Finding("Python", ok, f"{v.major}.{v.minor}.{v.micro} at {sys.executable}",
-                   "" if ok else "install Python 3.10 or newer and run `python3 course.py lab` with it")
+                   "" if ok else _fix("install Python 3.10 or newer and run `python3 course.py lab` with it",
+                                      "install Python 3.10 or newer and install hooktutor into it"))
 
 
 def check_torch() -> Finding:
@@ -73,11 +86,13 @@ def check_torch() -> Finding:
         import torch
     except ImportError:
         return Finding("torch", False, "not installed",
-                       "run `python3 course.py lab`, which installs torch 2.13.0 into .venv")
+                       _fix("run `python3 course.py lab`, which installs torch 2.13.0 into .venv",
+                            "`pip install torch` in this environment (the course is tested on 2.13.0)"))
     ok = _version_tuple(torch.__version__) >= MIN_TORCH
     device = "CUDA available" if torch.cuda.is_available() else "CPU only (all the course needs)"
     return Finding("torch", ok, f"{torch.__version__}, {device}",
-                   "" if ok else "hooktutor needs torch 2.1 or newer; run `python3 course.py lab`")
+                   "" if ok else _fix("hooktutor needs torch 2.1 or newer; run `python3 course.py lab`",
+                                      "hooktutor needs torch 2.1 or newer: `pip install -U torch`"))
 
 
 def check_pins() -> list[Finding]:
@@ -109,7 +124,8 @@ def check_widgets() -> Finding:
         ipywidgets = importlib.import_module("ipywidgets")
     except ImportError:
         return Finding("widgets", False, "ipywidgets not installed",
-                       "run `python3 course.py lab`; or `pip install 'ipywidgets>=8'`")
+                       _fix("run `python3 course.py lab`; or `pip install 'ipywidgets>=8'`",
+                            "`pip install 'ipywidgets>=8'` in this environment"))
     ok = _version_tuple(ipywidgets.__version__) >= (8,)
     try:
         front = md.version("jupyterlab_widgets")
@@ -130,7 +146,8 @@ def check_kernel() -> Finding:
         from jupyter_client.kernelspec import KernelSpecManager
     except ImportError:
         return Finding("Jupyter kernel", False, "ipykernel is not installed in this environment",
-                       "run `python3 course.py lab`; or `pip install ipykernel` here")
+                       _fix("run `python3 course.py lab`; or `pip install ipykernel` here",
+                            "`pip install ipykernel` in this environment"))
     try:
         spec = KernelSpecManager().get_kernel_spec("python3")
     except Exception:  # no such kernel
@@ -139,8 +156,10 @@ def check_kernel() -> Finding:
     exe = spec.argv[0]
     same = exe in {"python", "python3", sys.executable} or Path(exe).resolve() == Path(sys.executable).resolve()
     return Finding("Jupyter kernel", same, f"python3 -> {exe}",
-                   "" if same else "the 'python3' kernel belongs to another Python; start Lab with "
-                                   "`python3 course.py lab` so the course's kernel is used")
+                   "" if same else _fix("the 'python3' kernel belongs to another Python; start Lab with "
+                                        "`python3 course.py lab` so the course's kernel is used",
+                                        "the 'python3' kernel belongs to another Python; start Lab with "
+                                        "`hooktutor lab` from this environment so its kernel is used"))
 
 
 def run_checks() -> list[Finding]:

@@ -22,9 +22,10 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 SETTING = "HOOKTUTOR_INSTALLER"  # "uv", "pip", or unset/"auto": uv when found
 CHOICES = ("auto", "uv", "pip")
@@ -196,7 +197,36 @@ def install_command(installer: Installer, python: Path | str, install: Sequence[
     if installer.name == "uv":
         return [installer.uv, "pip", "install", "--python", str(python), "-q",
                 *installer.uv_options, "pip", *install]
-    return [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *install]
+    return [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *install]
+
+
+def run_with_progress(cmd: Sequence[str], say: Callable[[str], None], **popen: Any) -> int:
+    """Run an install command and say, as it goes, what it does: pip prints a line for each package
+    it collects (or reads from disk), which becomes a short line of ours (``  12  numpy``), so a first set-up of a few
+    minutes is never silent; its other lines are kept and printed only if the install fails."""
+    kept: list[str] = []
+    collected = 0
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", **popen)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        words = line.split()
+        if words[:1] in (["Collecting"], ["Processing"]) and len(words) > 1:
+            collected += 1   # "Collecting numpy==2.3.4", or a wheel read from disk: "Processing /x/numpy-2.3.4-...whl"
+            name = words[1].rsplit("/", 1)[-1]
+            say(f"  {collected:3d}  {name.split('-')[0] if name.endswith('.whl') else name}")
+        elif words[:3] == ["Installing", "collected", "packages:"]:
+            count = line.count(",") + 1
+            say(f"installing {count} package{'s' if count != 1 else ''} (a minute or two, quietly)")
+        elif words[:2] == ["Successfully", "installed"]:
+            say("installed")
+        else:
+            kept.append(line.rstrip("\n"))
+            del kept[:-60]
+    code = proc.wait()
+    if code != 0:
+        print("\n".join(kept), flush=True)
+    return code
 
 
 def install_env(installer: Installer, environ: Mapping[str, str] = os.environ) -> dict[str, str]:

@@ -67,11 +67,16 @@ def write_lab_config(folder: Path, instructor: bool = False) -> Path:
     return folder
 
 
-def lab_environment(folder: Path, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """``environ`` (default: this process's) with ``folder`` first on JUPYTER_CONFIG_PATH."""
+def lab_environment(folder: Path, environ: dict[str, str] | None = None, *,
+                    bin_dir: Path | None = None) -> dict[str, str]:
+    """``environ`` (default: this process's) with ``folder`` first on JUPYTER_CONFIG_PATH and
+    ``bin_dir`` (the course environment's scripts) first on PATH: nbgrader's Formgrader runs the
+    `alembic` and `nbgrader` commands it finds there (without them its pages answer 500)."""
     env = dict(os.environ if environ is None else environ)
     rest = env.get("JUPYTER_CONFIG_PATH", "")
     env["JUPYTER_CONFIG_PATH"] = os.pathsep.join(filter(None, [str(folder), rest]))
+    if bin_dir is not None:
+        env["PATH"] = os.pathsep.join(filter(None, [str(bin_dir), env.get("PATH", "")]))
     return env
 
 
@@ -80,14 +85,15 @@ def lab_arguments(args: list[str]) -> tuple[bool, list[str]]:
     return INSTRUCTOR_FLAG in args, [a for a in args if a != INSTRUCTOR_FLAG]
 
 
-def lab_command(jupyter: os.PathLike | str | Sequence[str], args: list[str], root: Path) -> list[str]:
-    """The `jupyter lab` command line on folder ``root``. ``jupyter``: the `jupyter` executable,
-    or the words that run it (``[sys.executable, "-m", "jupyter"]``); ``args``: what the user
-    added, without --instructor."""
+def lab_command(jupyter: os.PathLike | str | Sequence[str], args: list[str], root: Path,
+                first: str = FIRST_LESSON) -> list[str]:
+    """The `jupyter lab` command line on folder ``root``, opening ``first`` (a path in ``root``).
+    ``jupyter``: the `jupyter` executable, or the words that run it (``[sys.executable, "-m",
+    "jupyter"]``); ``args``: what the user added, without --instructor."""
     launcher = [str(jupyter)] if isinstance(jupyter, (str, os.PathLike)) else [str(w) for w in jupyter]
     extra = ["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []  # containers, CI
     return [*launcher, "lab", "--no-browser", "--ip=127.0.0.1", f"--ServerApp.root_dir={root}",
-            f"--LabApp.default_url=/lab/tree/{FIRST_LESSON}", *extra, *args]
+            f"--LabApp.default_url=/lab/tree/{first}", *extra, *args]
 
 
 DEFAULT_WORKBOOK = "hooktutor-workbook"  # `hooktutor lab` without a folder: this one, in the current folder

@@ -76,6 +76,15 @@ def pip_requirement(url: str) -> str:
     return f"hooktutor @ git+{url}@{BRANCH}"
 
 
+def pip_lab_requirement(url: str) -> str:
+    """What a learner without a clone installs before a release: the package of the main branch,
+    with JupyterLab (``hooktutor lab`` then writes the workbook)."""
+    return f"hooktutor[lab] @ git+{url}@{BRANCH}"
+
+
+PIP_FROM_GIT = re.compile(r'pip install "hooktutor\[lab\] @ git\+[^"\s]*"')
+
+
 def binder_badge(url: str) -> str:
     return f"[![Binder](https://mybinder.org/badge_logo.svg)]({binder_url(url)})"
 
@@ -156,6 +165,7 @@ def guide_block(url: str, lessons: list[str]) -> str:
 
 
 def rewrite_readme(text: str, url: str) -> str:
+    text = PIP_FROM_GIT.sub(f'pip install "{pip_lab_requirement(url)}"', text)
     text = re.sub(r"\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\([^)\s]*\)", binder_badge(url), text)
 
     def row(match: re.Match) -> str:
@@ -166,6 +176,7 @@ def rewrite_readme(text: str, url: str) -> str:
 
 
 def rewrite_guide(text: str, url: str, lessons: list[str]) -> str:
+    text = PIP_FROM_GIT.sub(f'pip install "{pip_lab_requirement(url)}"', text)
     text = re.sub(r"git clone https://github\.com/[\w.-]+/[\w.-]+?\.git", f"git clone {clone_url(url)}", text)
     pattern = re.compile(re.escape(GUIDE_BEGIN) + r".*?" + re.escape(GUIDE_END), flags=re.S)
     if not pattern.search(text):

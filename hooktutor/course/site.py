@@ -63,6 +63,12 @@ details.hooktutor-hints { margin: 0.5em 0 1em; padding: 0.3em 0.8em; border-left
 details.hooktutor-hints > summary, details.hooktutor-hint > summary { cursor: pointer; font-weight: 600; }
 details.hooktutor-hint { margin: 0.3em 0 0.3em 1em; }
 .hooktutor-fallback img { max-width: 100%; height: auto; }
+/* long outputs wrap instead of scrolling sideways (a traceback, a wide table of hooks) */
+div.cell_output pre, div.output pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+div.hooktutor-launch { display: flex; flex-wrap: wrap; gap: 0.5em; margin: 0.5em 0 1em; }
+a.hooktutor-button { display: inline-block; padding: 0.3em 0.8em; border: 1px solid #1b7f3b;
+  border-radius: 4px; text-decoration: none; font-weight: 600; }
+a.hooktutor-button:hover { background: #1b7f3b; color: #fff; }
 """
 
 

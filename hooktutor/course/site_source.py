@@ -9,6 +9,12 @@ What a lesson's site copy changes, and nothing else (every stored output stays b
 * a widget's view (``application/vnd.jupyter.widget-view+json``, and the notebook's stored widget
   state) is dropped: a static page has no kernel to draw it. A hooktutor widget's cell is followed
   by pictures of its states instead (``hooktutor.course.site_widgets``);
+* each solution's ``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines are dropped, as
+  ``ex.<name>.solution()`` drops them;
+* a figure's alt text is the cell's ``metadata.hooktutor.alt`` (every figure has one: a test),
+  given to MyST-NB as the image's ``alt``;
+* below the title, buttons open the lesson in Colab or Binder (the learner's edition), download
+  the learner's edition of the notebook (``_static/notebooks/``) and view its source;
 * the claims' verdicts, the checks' reports and every other output are shown as stored.
 """
 
@@ -96,11 +102,44 @@ def exercise_of(cell_source: str, aliases: dict[str, str]):
     return getattr(module, m.group(2), None)
 
 
-def prepare_lesson(nb: dict, widget_cells: dict[int, str] | None = None) -> dict:
+BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
+ALT_KEY = "alt"   # metadata.hooktutor.alt of a cell whose output is a figure
+
+
+def without_markers(source: str) -> str:
+    """A solution's source without its BEGIN/END SOLUTION lines (what ``.solution()`` shows)."""
+    return "\n".join(line for line in source.splitlines() if line.strip() not in (BEGIN_SOLUTION, END_SOLUTION))
+
+
+def figure_cells(nb: dict) -> list[int]:
+    """Indices of the code cells with a stored picture (``image/png``) among their outputs."""
+    return [i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "code"
+            and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+
+
+def launch_buttons(stem: str, home: str) -> str:
+    """The row of buttons under a lesson's title: Colab and Binder open the learner's edition,
+    the download is the learner's edition of the notebook, the source is the lesson on GitHub."""
+    from .links import BRANCH, binder_url, colab_url
+
+    buttons = [("Open in Colab", colab_url(home, f"{stem}.ipynb"), "colab"),
+               ("Open in Binder", binder_url(home, f"{stem}.ipynb"), "binder"),
+               ("Download the notebook", f"_static/notebooks/{stem}.ipynb", "download"),
+               ("View the source", f"{home}/blob/{BRANCH}/notebooks/{stem}.ipynb", "source")]
+    links = " ".join(f'<a class="hooktutor-button hooktutor-{kind}" href="{html.escape(url)}"'
+                     + (f' download="{stem}.ipynb"' if kind == "download" else "") + f">{label}</a>"
+                     for label, url, kind in buttons)
+    return (f'<div class="hooktutor-launch">{links}</div>\n\n'
+            "Colab, Binder and the download give the learner's edition: exercises blank, hints and "
+            "solutions on request.")
+
+
+def prepare_lesson(nb: dict, widget_cells: dict[int, str] | None = None, *, stem: str = "",
+                   home: str = "") -> dict:
     """The site copy of a lesson notebook ``nb`` (a dict as stored; not modified).
 
     ``widget_cells`` maps the index of a widget's cell to the markdown of its static fallback,
-    inserted after that cell."""
+    inserted after that cell; with ``stem`` and ``home`` the launch buttons follow the title."""
     nb = copy.deepcopy(nb)
     widget_cells = widget_cells or {}
     nb.get("metadata", {}).pop("widgets", None)
@@ -118,6 +157,7 @@ def prepare_lesson(nb: dict, widget_cells: dict[int, str] | None = None) -> dict
                 _add_tag(cell, "remove-cell")
             if SOLUTION_TAG in tags:
                 _add_tag(cell, "hide-input")
+                cell["source"] = without_markers(source_of(cell))
                 cell["metadata"]["mystnb"] = {"code_prompt_show": "Show the solution",
                                               "code_prompt_hide": "Hide the solution"}
                 if pending_solution_at is None:
@@ -135,7 +175,12 @@ def prepare_lesson(nb: dict, widget_cells: dict[int, str] | None = None) -> dict
                     continue  # a live view: its pictures follow the cell (site_widgets), no JS state here
                 kept.append(output)
             cell["outputs"] = kept
+            alt = cell.get("metadata", {}).get("hooktutor", {}).get(ALT_KEY)
+            if alt:
+                cell["metadata"].setdefault("mystnb", {})["image"] = {"alt": alt}
         out.append(cell)
+        if stem and home and index == 0 and cell["cell_type"] == "markdown":
+            out.append(_markdown(launch_buttons(stem, home), "hooktutor-launch", "site-launch"))
         if index in widget_cells:
             out.append(_markdown(widget_cells[index], "hooktutor-widget-fallback", f"site-widget-{index}"))
     nb["cells"] = out
@@ -152,28 +197,77 @@ def title_of(nb: dict) -> str:
     return ""
 
 
+CORE = ("00", "01", "02", "03", "04", "05", "06", "07")   # the core course; 08 on: the advanced track
+
+
 def index_page(lessons: list[Lesson], home: str) -> str:
-    """The landing page: what the course is, the lesson table linking every lesson, the guides."""
-    rows = "\n".join(f"| [{lesson.title or lesson.stem}]({lesson.stem}.ipynb) | {lesson.level} | {lesson.time} | "
-                     f"{lesson.learn} |" for lesson in lessons)
+    """The landing page: what the course teaches and how, who it is for, where to start, the
+    map of the lessons (levels and times, core course and advanced track), the guides."""
+    from .links import binder_url, colab_url
+
+    def rows(group: list[Lesson]) -> str:
+        return "\n".join(f"| [{lesson.title or lesson.stem}]({lesson.stem}.ipynb) | {lesson.level} | "
+                         f"{lesson.time} | {lesson.learn} |" for lesson in group)
+
+    core = [lesson for lesson in lessons if lesson.stem[:2] in CORE]
+    advanced = [lesson for lesson in lessons if lesson.stem[:2] not in CORE]
+    hours = {name: sum(int(m.split()[0]) for m in (x.time for x in group) if m.split()[0].isdigit()) / 60
+             for name, group in (("core", core), ("advanced", advanced))}
+    first = lessons[0].stem if lessons else "00_start_here"
     toc = "\n".join(lesson.stem for lesson in lessons)
     guides = "\n".join(Path(g).stem for g in GUIDES)
+    table = "| lesson | level | time | what you learn |\n|---|---|---|---|"
     return f"""# hooktutor: PyTorch hooks, every claim checked
 
-A course on PyTorch hooks in Jupyter notebooks. **Every claim a lesson makes is executed and
-asserted in the notebook**: these pages show each lesson with the outputs stored in the
-repository, exactly those the test suite (strict nbval) compares with a fresh run; nothing here
-was executed for the site. Exercise solutions and hints are folded; open them when you need them.
+A course on PyTorch hooks that you run rather than read: from a first `register_forward_hook` to
+hooks under `torch.compile`, on Hugging Face models and inside FSDP2 training. **Every claim a
+lesson makes is executed and asserted in the notebook**, so what these pages say is what torch
+does: each lesson is shown with the outputs stored in the repository, exactly those the test
+suite compares with a fresh run (nothing here was executed for the site).
 
-To run the lessons yourself (widgets live, exercises blank for you to write): clone
-[the repository]({home}) and run `python3 course.py lab`, or open a lesson in Colab from the
-README.
+<div class="hooktutor-launch"><a class="hooktutor-button" href="{first}.html">Start with lesson 00</a> \
+<a class="hooktutor-button" href="{html.escape(colab_url(home, first + ".ipynb"))}">Open lesson 00 in Colab</a> \
+<a class="hooktutor-button" href="{html.escape(binder_url(home))}">Open the course in Binder</a> \
+<a class="hooktutor-button" href="{home}">The repository</a></div>
+
+## What you will learn
+
+- What each kind of hook receives and what its return value does: tensor hooks, forward
+  pre-hooks and hooks, full backward hooks, and the legacy `register_backward_hook`'s wrong answers.
+- How to read and change what a layer computes without editing the model: feature extraction,
+  ablation, clamping, steering, activation patching, Grad-CAM.
+- The traps the popular posts fall into, each shown live: `inplace=True` and hooks, `detach()`
+  that is not a copy, a hook registered twice, a hook that `torch.compile` never runs.
+- Hooks in real training: optimizers, state dicts, DDP communication hooks, checkpointing,
+  autocast and `GradScaler`, FSDP2, per-example gradients, leaks.
+
+## Who it is for
+
+Anyone who trains or inspects PyTorch models and wants to know exactly what a hook does.
+Studying alone, each exercise checks your answer and says what to change, with hints one at a
+time and a solution on request. Teaching, the [instructor's guide](instructors.md) has a
+90-minute workshop plan, a two-session course, a student edition and nbgrader grading.
+
+## Where to start
+
+Open [lesson 00]({first}.ipynb) (30 minutes), then follow the core course in order; the advanced
+track comes after the capstone, and each lesson says what it needs. To run the lessons yourself
+(widgets live, exercises blank for you to write), use the buttons at the top of each lesson, or
+clone [the repository]({home}) and run `python3 course.py lab`. Everything runs on a CPU, offline.
 
 ## The lessons
 
-| lesson | level | time | what you learn |
-|---|---|---|---|
-{rows}
+**The core course** (00 to 07, about {hours["core"]:.1f} hours working alone, every exercise included):
+
+{table}
+{rows(core)}
+
+**The advanced track** (08 to 13, about {hours["advanced"]:.1f} hours):
+
+{table}
+{rows(advanced)}
+
+Level: ☆☆☆ a first look, ★★☆ working knowledge, ★★★ what a PyTorch engineer needs.
 
 ## For instructors and authors
 
@@ -204,11 +298,17 @@ def write_source(root: Path, dest: Path, fallbacks: dict[str, dict[int, str]] | 
     fallbacks = fallbacks or {}
     dest.mkdir(parents=True, exist_ok=True)
     lessons = lesson_table((root / "README.md").read_text(encoding="utf-8"))
+    from .workbook import edition
+
+    downloads = dest / "_static" / "notebooks"
+    downloads.mkdir(parents=True, exist_ok=True)
     for lesson in lessons:
-        nb = json.loads((root / "notebooks" / f"{lesson.stem}.ipynb").read_text(encoding="utf-8"))
+        path = root / "notebooks" / f"{lesson.stem}.ipynb"
+        nb = json.loads(path.read_text(encoding="utf-8"))
         lesson.title = title_of(nb)
-        site_nb = prepare_lesson(nb, fallbacks.get(lesson.stem))
+        site_nb = prepare_lesson(nb, fallbacks.get(lesson.stem), stem=lesson.stem, home=home)
         write_if_changed(dest / f"{lesson.stem}.ipynb", json.dumps(site_nb, indent=1, ensure_ascii=False) + "\n")
+        write_if_changed(downloads / path.name, edition(path).decode("utf-8"))   # the learner's edition
     for guide in GUIDES:
         write_if_changed(dest / guide, (root / "docs" / guide).read_text(encoding="utf-8"))
     write_if_changed(dest / "index.md", index_page(lessons, home))

@@ -205,11 +205,18 @@ def _fallback(widget: Any, stem: str, index: int, folder: Path) -> str:
     kind = type(widget).__name__
     parts = [f"```{{admonition}} The {kind} above, pictured: a static page cannot run it\n:class: hooktutor-fallback\n",
              f"Drawn for this site by the widget's own code on the lesson's seeded model, in each state. {LIVE_LINE}\n"]
+    shown: list[bytes] = []   # the pictures of the state before
     for number, (label, action) in enumerate(states(widget)):
         action()
         lines, pictures = snapshot(widget)
         parts.append(f"**{label}**" + (": " + " \u00b7 ".join(_md_text(x) for x in lines) if lines else "") + "\n")
+        before, shown = shown, [png for png, _ in pictures]
         for k, (png, alt) in enumerate(pictures):
+            if k < len(before) and before[k] == png:
+                # the same picture as in the state above (a hook that only observes, a layer
+                # before the one changed): said, not shown twice
+                parts.append(f"*{_md_text(alt)}: the same as in the state above.*\n")
+                continue
             name = f"{stem}-cell{index}-state{number}-{k}.png"
             path = folder / name
             if not path.exists() or path.read_bytes() != png:

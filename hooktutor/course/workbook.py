@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,13 +104,20 @@ def _trust(data: bytes) -> None:
 def sync(folder: Path, source: Path) -> SyncReport:
     """Bring the workbook ``folder`` up to date with the lessons in ``source`` (see the module
     docstring); never overwrite a lesson the learner has changed."""
+    return sync_files(folder, {path.name: (lambda path=path: edition(path)) for path in lessons(Path(source))})
+
+
+def sync_files(folder: Path, editions: dict[str, Callable[[], bytes]]) -> SyncReport:
+    """Write each ``editions[name]()`` to ``folder / name`` (a name may hold sub-folders), by the
+    workbook's rules: a missing file is written, a file nobody changed since it was written is
+    replaced when its edition changed, a changed one is never touched (the report names it).
+    The instructor's course folder (:mod:`hooktutor.course.instructor`) is kept the same way."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     manifest = _read_manifest(folder)
     report = SyncReport(folder)
-    for path in lessons(Path(source)):
-        name = path.name
-        new = edition(path)
+    for name, make in editions.items():
+        new = make()
         new_digest = _digest(new)
         target = folder / name
         written = manifest.get(name, {}).get("written")
@@ -128,9 +136,11 @@ def sync(folder: Path, source: Path) -> SyncReport:
                     report.current.append(name)
                 continue
             report.updated.append(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(new)
         manifest[name] = {"written": new_digest}
-        _trust(new)
+        if name.endswith(".ipynb"):
+            _trust(new)
     (folder / MANIFEST).write_text(json.dumps({"files": manifest}, indent=1, sort_keys=True) + "\n",
                                    encoding="utf-8")
     return report

@@ -617,12 +617,47 @@ class Exercise:
     def _crashed(self, description: str, e: Exception, answer: Callable, case: Case) -> CaseResult:
         """An error, said: the answer's own ("raised an error"), or the check's on what the answer gave it."""
         text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
+        if self._called_wrongly(e, answer):   # the call never reached the answer's first line
+            return CaseResult(description, "error", {"error": text, "why": (
+                f"your function's parameters do not match how the check calls it. The task's answer "
+                f"starts `{self.signature_line()}`: give yours the same parameters, in that order.")})
         why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)), None)
         if _raised_in_learner_code(e, answer, case):
             return CaseResult(description, "error", {"error": text, "why": why or (
                 "read the error: it names what went wrong; the hints help if you are stuck.")})
         # the answer ran, but the check tripped over what it returned or left behind
         return CaseResult(description, "unusable", {"error": text, "why": why or _crash_nudge(e)})
+
+    def signature_line(self) -> str:
+        """The first line of the answer the task asks for: ``def count_calls(model, x, layer):``."""
+        try:
+            params = str(inspect.signature(self._solution))
+        except (TypeError, ValueError):
+            params = "(...)"
+        keyword = "class" if isinstance(self._solution, type) else "def"
+        return f"{keyword} {self.answer_name}{'' if keyword == 'class' else params}:"
+
+    @staticmethod
+    def _called_wrongly(error: Exception, answer: Any) -> bool:
+        """A TypeError of Python's own binding of the call's arguments to the answer's parameters
+        (``f() takes 2 positional arguments but 3 were given``, ``got an unexpected keyword
+        argument``, ``missing 1 required positional argument``): raised before its code ran."""
+        if not isinstance(error, TypeError) or isinstance(answer, type):
+            return False
+        name = getattr(answer, "__name__", None)
+        message = str(error)
+        binding = ("positional argument", "keyword argument", "required positional", "required keyword")
+        if not name or not any(b in message for b in binding):
+            return False
+        qualname = getattr(answer, "__qualname__", name)
+        if not message.startswith((f"{name}()", f"{qualname}()")):
+            return False
+        tb = error.__traceback__   # the answer's own frame is not on the traceback: it never started
+        while tb is not None:
+            if tb.tb_frame.f_code is getattr(answer, "__code__", None):
+                return False
+            tb = tb.tb_next
+        return True
 
     def hint(self, number: int | None = None) -> _Text:
         """The next hint (``hint()``), or hint ``number`` (1-based) again."""

@@ -1,5 +1,7 @@
 """The JupyterLab of ``python3 course.py lab``: learner mode shows no nbgrader tooling and no
-news prompt; ``--instructor`` brings the "Nbgrader" menu and the "Validate" button back.
+news prompt; ``--instructor`` brings the "Nbgrader" menu and the "Validate" button back, on the
+instructor's course folder (a copy of the lessons and an nbgrader course: Run All and Save there
+leave the tracked notebooks as they were, and the Formgrader lists the course's assignments).
 
 Each server runs with the configuration folder ``course.py`` writes for its mode (on
 JUPYTER_CONFIG_PATH, as ``course.py lab`` starts it) and nothing else: no test settings.
@@ -10,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -34,9 +38,14 @@ def course_lab(request, tmp_path_factory):
     instructor = request.param == "instructor"
     tmp = tmp_path_factory.mktemp(f"lab-{request.param}")
     root = tmp / "root"
-    root.mkdir()
+    if instructor:   # the course folder, as course.py lab --instructor writes and serves it
+        from hooktutor.course.instructor import prepare
+
+        prepare(root, ROOT / "notebooks")
+    else:
+        root.mkdir()
     folder = course.write_lab_config(tmp / "course-config", instructor)
-    env = course.lab_environment(folder, _environment(tmp, test_config=False))
+    env = course.lab_environment(folder, _environment(tmp, test_config=False), bin_dir=Path(sys.executable).parent)
     with serve_lab(root, env, tmp / "lab.log") as server:
         yield request.param, server
 
@@ -83,6 +92,39 @@ def test_learner_lab_has_no_nbgrader_or_news_prompt_and_instructor_lab_has_nbgra
         page.screenshot(path=str(_artifact(f"lab-{mode}-mode.png")))
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("course_lab", ["instructor"], indirect=True)
+def test_instructor_mode_saves_into_its_copy_and_its_formgrader_lists_the_assignments(course_lab, browser):
+    import hashlib
+    import time
+
+    from .conftest import run_all, wait_idle
+
+    _, lab = course_lab
+    courses = lab.api("GET", "/formgraders")
+    assert courses["success"] and [c["course_id"] for c in courses["value"]] == ["hooktutor"], courses
+    names = {a["name"] for a in lab.api("GET", "/formgrader/api/assignments")}
+    assert {"00_start_here", "01_tensor_hooks", "13_hooks_at_work"} <= names, names
+    tracked = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (ROOT / "notebooks").glob("*.ipynb")}
+    copy = lab.root / "lessons" / "00_start_here.ipynb"
+    before = copy.stat().st_mtime_ns
+    context = browser.new_context(viewport={"width": 1366, "height": 768})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    try:
+        open_notebook(page, lab, "lessons/00_start_here.ipynb")
+        run_all(page)
+        page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").press("Control+s")
+        deadline = time.monotonic() + 60
+        while copy.stat().st_mtime_ns == before or page.locator(".jp-mod-dirty").count():
+            assert time.monotonic() < deadline, "the lesson was not saved"
+            page.wait_for_timeout(100)
+        wait_idle(page)
+    finally:
+        context.close()
+    after = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (ROOT / "notebooks").glob("*.ipynb")}
+    assert after == tracked, "Run All and Save in instructor mode changed the tracked notebooks"
 
 
 def _status(lab, path: str) -> int:

@@ -4,12 +4,17 @@ Built once per session into a temporary folder, offline, and served by ``python 
 on 127.0.0.1: every page at 1366x768 loads with no console error and no failed request (a CDN
 script, a missing picture or font would be one), every internal link and anchor leads somewhere
 that exists, each widget's static pictures are on its page, and Sphinx's search finds a hook API
-by name. The site's copies of the lessons: tests/test_site_source.py.
+by name. Each lesson has its launch buttons (Colab, Binder, the learner's notebook to download,
+the source), no solution marker, pictures with alt text that describes them, outputs that wrap
+instead of scrolling sideways, and no two identical pictures in one widget's fallback; the
+landing page says what the course teaches, for whom, where to start, and maps every lesson.
+The site's copies of the lessons: tests/test_site_source.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import subprocess
 import sys
@@ -113,7 +118,72 @@ def test_every_page_loads_clean_and_every_internal_link_exists(site, served, bro
             if name in lessons:
                 toc = page.locator(".bd-sidebar-secondary .toc-entry a")
                 assert toc.count() >= 3, f"{name}: no table of contents beside the lesson"
+                problems.extend(f"{name}: {p}" for p in lesson_page_problems(page, name, site))
             assert not problems, f"{name}:\n" + "\n".join(problems)
+    finally:
+        context.close()
+
+
+SIDEWAYS = """() => [...document.querySelectorAll('div.cell_output pre, div.output pre')]
+    .filter(pre => pre.scrollWidth > pre.clientWidth + 1).map(pre => pre.textContent.slice(0, 80))"""
+IMAGES = """() => [...document.querySelectorAll('article img')].map(img => [img.getAttribute('alt') || '',
+    img.getAttribute('src'), img.closest('.hooktutor-fallback') ? 'fallback' : 'figure'])"""
+
+
+def lesson_page_problems(page, name: str, site: Path) -> list[str]:
+    """What a lesson page lacks: its four launch buttons, alt texts, wrapped outputs, ..."""
+    from hooktutor.course import links
+
+    stem = name.removesuffix(".html")
+    home = links.home(ROOT)
+    found = []
+    buttons = {a.inner_text().strip(): a.get_attribute("href")
+               for a in page.locator(".hooktutor-launch a.hooktutor-button").all()}
+    want = {"Open in Colab": links.colab_url(home, f"{stem}.ipynb"),
+            "Open in Binder": links.binder_url(home, f"{stem}.ipynb"),
+            "Download the notebook": f"_static/notebooks/{stem}.ipynb",
+            "View the source": f"{home}/blob/{links.BRANCH}/notebooks/{stem}.ipynb"}
+    if buttons != want:
+        found.append(f"launch buttons {buttons}, expected {want}")
+    if "BEGIN SOLUTION" in page.content() or "END SOLUTION" in page.content():
+        found.append("a solution marker is shown")
+    for alt, src, where in page.evaluate(IMAGES):
+        if len(alt.split()) < 3 or alt.endswith(".png") or "/" in alt:
+            found.append(f"a {where} picture {src} has no alt text that says what it shows: {alt!r}")
+    fallbacks = page.locator(".hooktutor-fallback")
+    for k in range(fallbacks.count()):
+        srcs = [img.get_attribute("src") for img in fallbacks.nth(k).locator("img").all()]
+        digests = [hashlib.sha256((site / src).read_bytes()).hexdigest() for src in srcs]
+        if len(set(digests)) != len(digests):
+            found.append(f"a widget's fallback shows the same picture twice: {srcs}")
+    sideways = page.evaluate(SIDEWAYS)
+    if sideways:
+        found.append(f"outputs that scroll sideways at {VIEWPORT['width']}px: {sideways[:3]}")
+    return found
+
+
+def test_the_landing_page_orients_and_the_download_is_the_learners_notebook(site, served, browser):
+    import json
+
+    from hooktutor.course.site_source import lesson_table
+
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    try:
+        page.goto(f"{served}/index.html")
+        for heading in ("What you will learn", "Who it is for", "Where to start", "The lessons"):
+            assert page.get_by_role("heading", name=heading).count() == 1, heading
+        text = page.locator("article").inner_text()
+        assert "The core course" in text and "The advanced track" in text
+        for lesson in lesson_table((ROOT / "README.md").read_text(encoding="utf-8")):
+            row = page.locator("article tr", has=page.locator(f'a[href="{lesson.stem}.html"]'))
+            assert row.count() == 1 and lesson.level in row.inner_text() and lesson.time in row.inner_text(), \
+                lesson.stem
+        assert page.locator('.hooktutor-launch a[href="00_start_here.html"]').count() == 1
+        with urllib.request.urlopen(f"{served}/_static/notebooks/01_tensor_hooks.ipynb", timeout=10) as resp:
+            nb = json.loads(resp.read().decode("utf-8"))
+        answers = [c for c in nb["cells"] if "solution" in c["metadata"].get("tags", [])]
+        assert answers and all("raise NotImplementedError" in "".join(c["source"]) for c in answers)
     finally:
         context.close()
 
