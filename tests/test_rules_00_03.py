@@ -181,3 +181,36 @@ def test_a_pre_hooks_single_value_becomes_a_one_tuple_on_a_module_with_a_default
     m, x = Scaled(), torch.ones(2)
     with m.register_forward_pre_hook(lambda mod, args: args[0] * 2):
         assert torch.equal(m(x, 5.0), x * 2)    # scale=5.0 was dropped: the default 1.0 ran
+
+
+def test_a_hook_on_an_intermediate_output_scales_a_tied_downstream_weight_by_its_upstream_share():
+    """01's claim verdict: "Parameters downstream (the head) are never affected" holds for a
+    parameter used only downstream. A weight tied to an upstream layer (a language model's output
+    layer sharing the embedding's weight) gets the upstream part of its gradient scaled."""
+    with seeded(0):
+        emb, mid = nn.Embedding(5, 4), nn.Linear(4, 4)
+    tokens = torch.tensor([0, 3, 1])
+
+    def weight_grad(scale=None):
+        emb.weight.grad = None
+        h = mid(emb(tokens))                       # the embedding weight is used upstream of h...
+        handle = h.register_hook(lambda grad: grad * scale) if scale else None
+        logits = F.linear(torch.tanh(h), emb.weight)   # ...and downstream, as the output layer
+        F.cross_entropy(logits, torch.tensor([1, 2, 4])).backward()
+        if handle is not None:
+            handle.remove()
+        return emb.weight.grad.clone()
+
+    plain, hooked = weight_grad(), weight_grad(10.0)
+    assert not torch.allclose(hooked, plain) and not torch.allclose(hooked, 10 * plain)
+    head_only = nn.Linear(4, 5)                     # an untied head: never affected
+    for scale in (None, 10.0):
+        head_only.weight.grad = None
+        h = mid(emb(tokens))
+        handle = h.register_hook(lambda grad: grad * 10.0) if scale else None
+        F.cross_entropy(head_only(torch.tanh(h)), torch.tensor([1, 2, 4])).backward()
+        if handle is not None:
+            handle.remove()
+        if scale is None:
+            untied = head_only.weight.grad.clone()
+    assert torch.equal(head_only.weight.grad, untied)
