@@ -410,7 +410,9 @@ def _record_structure(name: str, output: Any, append_output, append_grad, add_ha
     append_grad((paths, map_leaves(output, _mark_tensors)))
     for path, t in needing:
         def grad_hook(grad, path=path):
-            paths[path] = copy(grad)
+            # None when the loss used another output of the same autograd node (one half of a
+            # chunk, mu but not logvar): lesson 01's rule, a hook returns early on None
+            paths[path] = None if grad is None else copy(grad)
         grad_hook.__qualname__ = f"capture.grads[{name}]"
         add_handle(t.register_hook(grad_hook))
 
@@ -446,8 +448,10 @@ class _GradSlot:
 
     __slots__ = ("grad",)
 
-    def fill(self, grad: torch.Tensor) -> None:
-        self.grad = grad.detach().clone()
+    def fill(self, grad: torch.Tensor | None) -> None:
+        # a tensor hook receives None when the loss used another output of the same node
+        # (lesson 01's rule: return early on None): the record is None, no gradient reached it
+        self.grad = None if grad is None else grad.detach().clone()
     fill.__qualname__ = "capture.grads"
 
 
@@ -459,8 +463,8 @@ class _GradSlotTo(_GradSlot):
     def __init__(self, to):
         self.to = to
 
-    def fill(self, grad: torch.Tensor) -> None:
-        self.grad = grad.detach().clone().to(self.to)
+    def fill(self, grad: torch.Tensor | None) -> None:
+        self.grad = None if grad is None else grad.detach().clone().to(self.to)
     fill.__qualname__ = "capture.grads"
 
 

@@ -163,6 +163,82 @@ def test_a_tensor_of_a_structured_output_that_the_loss_does_not_reach_has_no_gra
     assert repr(rec).endswith("grad tuple[(2,), list[None, dict{sq: None, n: None}]]")
 
 
+class Halves(nn.Module):
+    """Both halves of one chunk: two outputs of one autograd node (a VAE encoder's mu, logvar)."""
+
+    def forward(self, x):
+        return x.chunk(2, dim=-1)
+
+
+class FirstHalf(nn.Module):
+    """One output of a chunk; the other half is kept aside and used by the caller."""
+
+    def forward(self, x):
+        first, self.second = x.chunk(2, dim=-1)
+        return first
+
+
+@pytest.mark.parametrize("to", [None, torch.float64])
+def test_grads_survive_an_output_whose_node_sibling_alone_reaches_the_loss(to):
+    """The tensor hook on the unused half of a chunk is called with grad=None (lesson 01 §2):
+    capture's hooks return early on it, backward() works as it does without capture, and the
+    record of the unused half is None. A mean-squared-error loss, and the half not used first."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 4))
+    m.add_module("halves", Halves())
+    x = torch.randn(3, 4)
+    target = torch.randn(3, 2)
+    with ht.capture(m, ["halves"], grads=True, to=to) as rec:
+        mu, logvar = m(x)
+        nn.functional.mse_loss(logvar, target).backward()
+    grads = rec.grads["halves"]
+    assert grads[0] is None
+    logvar_leaf = rec["halves"][1].detach().double().requires_grad_()
+    nn.functional.mse_loss(logvar_leaf, target.double()).backward()
+    assert torch.allclose(grads[1].double(), logvar_leaf.grad, atol=1e-7)   # float32 rounding
+
+    # a single-tensor output whose node sibling (kept outside the output) is what the loss uses
+    m = nn.Sequential(nn.Linear(4, 4))
+    m.add_module("first", FirstHalf())
+    with ht.capture(m, ["first"], grads=True, to=to) as rec:
+        m(x)
+        m.first.second.pow(2).mean().backward()
+    assert rec.grads["first"] is None
+    assert rec["first"].shape == (3, 2)
+
+
+def test_capture_grads_on_a_vae_encoder_decoded_from_mu_alone():
+    torch.manual_seed(0)
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x).chunk(2, dim=1)    # (mu, logvar)
+
+    class VAE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.dec = Encoder(), nn.Linear(2, 4)
+
+        def forward(self, x):
+            mu, logvar = self.enc(x)
+            return self.dec(mu)                   # a deterministic decode: logvar unused
+
+    vae, x = VAE(), torch.randn(5, 4)
+    nn.functional.mse_loss(vae(x), x).backward()
+    plain = vae.enc.lin.weight.grad.clone()
+    vae.zero_grad(set_to_none=True)
+    with ht.capture(vae, ["enc"], grads=True) as rec:
+        nn.functional.mse_loss(vae(x), x).backward()
+    assert torch.equal(vae.enc.lin.weight.grad, plain)   # the same backward, the same gradient
+    mu_grad, logvar_grad = rec.grads["enc"]
+    assert mu_grad.shape == (5, 2) and logvar_grad is None
+    assert not ht.list_hooks(vae)
+
+
 def test_keyword_arguments_are_recorded_as_kwargs():
     net = TwoInputNet(seed=0)
     wrapper = nn.Sequential()

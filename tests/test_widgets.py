@@ -294,6 +294,25 @@ def test_scale_grad_scales_the_gradient_of_the_layer_and_everything_before_it_on
         torch.testing.assert_close(after, before)
 
 
+def test_scale_grad_survives_a_layer_output_whose_gradient_is_none():
+    """The layer's output is one half of a chunk and the loss uses the other half: its tensor
+    hook is called with grad=None (lesson 01) and must return None, not crash backward()."""
+    from hooktutor.widgets._modes import make_hook
+
+    class FirstHalf(torch.nn.Module):
+        def forward(self, x):
+            first, self.second = x.chunk(2, dim=-1)
+            return first
+
+    layer = FirstHalf()
+    x = torch.randn(3, 4, requires_grad=True)
+    with layer.register_forward_hook(make_hook("scale_grad", 3.0, "test", "half")):
+        layer(x)
+        layer.second.square().mean().backward()
+    assert torch.equal(x.grad[:, :2], torch.zeros(3, 2))      # no gradient reached the unused half
+    assert torch.allclose(x.grad[:, 2:], 2 * x.detach()[:, 2:] / 6)
+
+
 def test_scale_grad_on_the_cnn_scales_the_gradient_flow_view(cnn):
     model, x, y = cnn
     toggle = hook_toggle(model, x, "features.4", mode="scale_grad", scale=0.25, targets=y, view="gradients")

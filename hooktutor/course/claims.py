@@ -447,9 +447,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
     Claim(
         id="compile-guards-every-hook-kind",
         kind="behaviour",
-        lessons=("11_compile_and_export",),
-        where="section 1 (late hooks: a hook of another kind on a layer that had hooks), 'Try it live' and "
-              "the recap",
+        lessons=("02_forward_hooks", "11_compile_and_export"),
+        where="02 section 10 (a late pre-hook on a layer that had a forward hook); 11 section 1 (late hooks: "
+              "a hook of another kind on a layer that had hooks), 'Try it live' and the recap",
         before="(where late hooks are skipped, compile-skips-late-hook) Dynamo guards only the hook dicts of a "
                "module that were non-empty when it compiled, kind by kind: a late forward pre-hook on a layer "
                "that had only a forward hook is skipped, no recompile",

@@ -65,7 +65,8 @@ def make_hook(mode: str, scale: float, owner: str, layer: str,
     elif mode == "scale_grad":
         def hook(module: nn.Module, args: tuple, output: Any) -> None:
             if isinstance(output, torch.Tensor) and output.requires_grad:
-                output.register_hook(lambda grad: grad * scale)
+                # None when the loss used only another output of the output's node (a chunk)
+                output.register_hook(lambda grad: None if grad is None else grad * scale)
     else:
         raise ValueError(f"mode {mode!r} attaches no hook")
     label = f"{mode}(x{scale:g})" if mode in ("scale", "scale_grad") else mode

@@ -11,6 +11,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - left_as_found: calls ``model.eval()`` and leaves it so; clears the layers' ``_forward_hooks``,
   which removes the caller's own hooks too;
 - technique: runs the layers one by one by hand, no hook;
+- a layer that does not run (an auxiliary head in eval mode): fills the dict lazily
+  (``features.setdefault(name, [])``), so that layer's key is missing instead of ``[]``;
 - alias / dtype (hidden): a residual model in float64 whose ``body`` output is added to in
   place after its hook ran;
 - hidden: looks the names up in ``dict(model.named_modules())``, which lists a module held
@@ -83,7 +85,8 @@ exercise = Exercise(
     `dict(model.named_modules())`, which lists a module held under two names once, or keeping the
     handles in a dict keyed by module (one is lost). Also at grading: a residual model in float64
     whose layer output is changed in place after the hook ran, which a float32 copy or a cast
-    input gets wrong.""",
+    input gets wrong. And a dict filled lazily (`features.setdefault(name, [])`) has no key for a
+    layer that did not run (an auxiliary head in eval mode) instead of an empty list.""",
 )
 
 
@@ -119,6 +122,12 @@ def _expect_feature_dict(t: Tester, got: object, names: list[str]) -> dict:
     t.expect_type(got, dict, what="what extract_features returned",
                   nudge="return a dict that maps each layer name to a list of tensors")
     assert isinstance(got, dict)
+    missing = [n for n in names if n not in got]
+    t.expect(not missing or set(got) - set(names), what="the keys of the dict", expected=sorted(names),
+             got=sorted(got), nudge=(
+                 f"{missing[0]!r} did not run in this forward, and its key is missing: every name gets "
+                 "its key, with an empty list for a layer that was not called (start from "
+                 "{name: [] for name in names})") if missing else "")
     t.expect(sorted(got) == sorted(names), what="the keys of the dict", expected=sorted(names),
              got=sorted(got), nudge="use exactly the layer names you were given as keys")
     for name in names:
@@ -213,6 +222,32 @@ def _(answer, t: Tester) -> None:
                        nudge="hook model.get_submodule(name), the layer with that dotted name")
 
 
+class _AuxHead(nn.Module):
+    """An Inception-style auxiliary head: ``aux`` runs in train mode only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(16)
+        self.body, self.aux, self.head = nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.body(x))
+        out = self.head(h)
+        return out + self.aux(h) if self.training else out
+
+
+@exercise.case("a model in eval mode whose auxiliary head `aux` does not run")
+def _(answer, t: Tester) -> None:
+    with torch.random.fork_rng():
+        model = t.track(_AuxHead().eval(), "a model with an auxiliary head (in eval mode)")
+    x = kit.randn(3, 4, seed=16)
+    got = _watched(t, answer, model, x, ["body", "aux"])
+    t.expect(got["aux"] == [], what="features['aux']", expected="[]", got=f"{len(got['aux'])} tensor(s)",
+             nudge="`aux` is not called in eval mode, so its hook never fires: its list stays empty")
+    t.expect_close(got["body"][0] if got["body"] else torch.zeros(0), model.body(x).detach(),
+                   what="features['body'][0]", nudge="store the output argument of the hook for that layer")
+
+
 @exercise.case("a module held under two names (block and alias), called twice", hidden=True)
 def _(answer, t: Tester) -> None:
     model = kit.Twice(seed=14)
@@ -288,6 +323,20 @@ exercise.wrong("stores output.detach() without a copy", mentions="in-place ReLU"
 exercise.wrong("keys by name and keeps only the last call", mentions="called twice")(_extractor(append=False))
 exercise.wrong("removes the hooks only when the model succeeds", mentions="still attached")(
     _extractor(remove="after"))
+
+
+@exercise.wrong("fills the dict lazily with features.setdefault(name, [])", mentions="empty list")
+def _lazy_keys(model, x, names):
+    features, handles = {}, []
+    for name in names:
+        handles.append(model.get_submodule(name).register_forward_hook(
+            lambda m, a, o, name=name: features.setdefault(name, []).append(o.detach().clone())))
+    try:
+        model(x)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return features
 
 
 @exercise.wrong("calls model.eval() and never switches it back", mentions="as you found it")

@@ -66,6 +66,10 @@ exercise = Exercise(
         "[p.register_post_accumulate_grad_hook(step) for p in ... if p.requires_grad].",
     ],
     solution=attach_sgd,
+    # A right answer may step one torch.optim.SGD per parameter. The first optimizer step of a
+    # process imports torch._dynamo: 2 s on an idle 2-core machine, 6 s on a busy one (review
+    # r00-03 X2), where 2 s would call it an endless loop and interrupt the import halfway.
+    time_limit=30.0,
     errors={
         "doesn't require gradient": (
             "a frozen parameter (requires_grad=False) cannot take a hook: register only on "

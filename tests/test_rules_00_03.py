@@ -1,0 +1,216 @@
+"""The general rules of lessons 00-03, each checked on a set-up other than the lesson's own
+(another layer kind, a loss other than `sum`, checkpointing, a nested module, another dtype).
+A rule that breaks here is scoped in the lesson instead (review r00-03)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+from torch.utils.checkpoint import checkpoint
+
+from hooktutor.models import seeded
+
+# -- lesson 00 -------------------------------------------------------------------------------
+
+
+def test_nothing_deduplicates_hooks_of_any_kind():
+    """00: "nothing de-duplicates hooks, not even the same function": every kind, not only a
+    forward hook."""
+    with seeded(0):
+        conv = nn.Conv2d(1, 2, 3)
+    calls = []
+
+    def note(*_):
+        calls.append(1)
+
+    x = torch.randn(1, 1, 5, 5, requires_grad=True)
+    handles = []
+    for _ in range(2):
+        handles += [conv.register_forward_pre_hook(note), conv.register_full_backward_hook(note),
+                    conv.weight.register_hook(note), conv.weight.register_post_accumulate_grad_hook(note),
+                    register_module_forward_pre_hook(note)]
+    try:
+        F.mse_loss(conv(x), torch.zeros(1, 2, 3, 3)).backward()
+    finally:
+        for h in handles:
+            h.remove()
+    assert len(calls) == 5 * 2
+
+
+# -- lesson 01 -------------------------------------------------------------------------------
+
+
+def test_a_leaf_hook_sees_the_old_grad_and_hooks_chain_in_order_on_a_float64_conv_weight():
+    with seeded(0):
+        conv = nn.Conv2d(1, 2, 3).double()
+    x = torch.randn(2, 1, 5, 5, dtype=torch.float64)
+    seen = []
+
+    def first(grad):
+        seen.append(("first", conv.weight.grad is None))
+        return grad + 1
+
+    def second(grad):
+        seen.append(("second", conv.weight.grad is None))
+        return grad * 10
+
+    F.mse_loss(conv(x), torch.zeros(2, 2, 3, 3, dtype=torch.float64)).backward()
+    plain = conv.weight.grad.clone()
+    conv.weight.grad = None
+    with conv.weight.register_hook(first), conv.weight.register_hook(second):
+        F.mse_loss(conv(x), torch.zeros(2, 2, 3, 3, dtype=torch.float64)).backward()
+    assert seen == [("first", True), ("second", True)]        # before .grad is filled in
+    assert torch.allclose(conv.weight.grad, (plain + 1) * 10)  # add one, then times ten
+
+
+@pytest.mark.parametrize("split", ["chunk", "split", "unbind"])
+def test_the_unused_output_of_a_multi_output_op_gets_none(split):
+    """01 section 2 names chunk, split and unbind; the lesson's cell runs chunk."""
+    x = torch.arange(4.0, requires_grad=True)
+    parts = {"chunk": lambda t: t.chunk(2), "split": lambda t: t.split(2),
+             "unbind": lambda t: t.view(2, 2).unbind()}[split](x * 1)
+    received = []
+    with parts[1].register_hook(lambda grad: received.append(grad)):
+        F.mse_loss(parts[0], torch.zeros(2)).backward()
+    assert received == [None]
+
+
+def test_a_tensor_used_twice_gets_one_call_under_a_mean_loss_and_non_reentrant_checkpoint():
+    """01 section 7: one call with the summed gradient; only a *reentrant* checkpoint splits it."""
+    with seeded(0):
+        lin = nn.Linear(3, 3)
+    x = torch.randn(4, 3, requires_grad=True)
+    for use_reentrant, calls_expected in ((False, 1), (True, 2)):
+        calls = []
+        with lin.weight.register_hook(lambda grad: calls.append(grad.clone())):
+            out = checkpoint(lambda t: torch.tanh(lin(t)), x, use_reentrant=use_reentrant)
+            (out.mean() + lin(x).pow(2).mean()).backward()   # the weight used inside and outside
+        assert len(calls) == calls_expected, use_reentrant
+    lin.weight.grad = None
+    (torch.tanh(lin(x)).mean() + lin(x).pow(2).mean()).backward()
+    assert torch.allclose(sum(calls), lin.weight.grad)        # the two parts add up to the gradient
+
+
+def test_retain_grad_holds_the_changed_gradient_in_either_order_float64_mean_loss():
+    for retain_first in (True, False):
+        x = torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64, requires_grad=True)
+        h = torch.sigmoid(x)
+        if retain_first:
+            h.retain_grad()
+        handle = h.register_hook(lambda grad: grad * 3)
+        if not retain_first:
+            h.retain_grad()
+        (h ** 2).mean().backward()
+        handle.remove()
+        assert torch.allclose(h.grad, 3 * 2 * h.detach() / 3)
+
+
+def test_post_accumulate_hook_sees_what_the_tensor_hooks_returned_on_a_bias_under_cross_entropy():
+    with seeded(0):
+        lin = nn.Linear(4, 3)
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    F.cross_entropy(lin(x), y).backward()
+    plain = lin.bias.grad.clone()
+    lin.bias.grad = None
+    seen = []
+    with lin.bias.register_hook(lambda grad: grad * 2), \
+            lin.bias.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.clone())):
+        F.cross_entropy(lin(x), y).backward()
+    assert len(seen) == 1 and torch.allclose(seen[0], 2 * plain)
+
+
+# -- lesson 02 -------------------------------------------------------------------------------
+
+
+def test_hook_order_on_a_nested_conv_block_global_first_pre_hooks_before_forward_hooks():
+    with seeded(0):
+        block = nn.Sequential(nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU()))
+    conv, order = block[0][0], []
+    handles = [conv.register_forward_hook(lambda *a: order.append("forward 1")),
+               conv.register_forward_pre_hook(lambda *a: order.append("pre 1")),
+               conv.register_forward_hook(lambda *a: order.append("forward 0"), prepend=True),
+               conv.register_forward_pre_hook(lambda *a: order.append("pre 0"), prepend=True),
+               register_module_forward_pre_hook(
+                   lambda m, a: order.append("global pre") if m is conv else None),
+               register_module_forward_hook(
+                   lambda m, a, o: order.append("global forward") if m is conv else None)]
+    try:
+        block(torch.randn(1, 1, 5, 5))
+    finally:
+        for h in handles:
+            h.remove()
+    assert order == ["global pre", "pre 0", "pre 1", "global forward", "forward 0", "forward 1"]
+
+
+@pytest.mark.parametrize("mode", ["eval", "no_grad", "inference_mode"])
+def test_forward_hooks_fire_in_eval_no_grad_and_inference_mode_on_an_lstm(mode):
+    with seeded(0):
+        lstm = nn.LSTM(3, 2, batch_first=True)
+    fired = []
+    ctx = {"eval": torch.enable_grad, "no_grad": torch.no_grad, "inference_mode": torch.inference_mode}[mode]
+    if mode == "eval":
+        lstm.eval()
+    with lstm.register_forward_hook(lambda m, a, o: fired.append(type(o).__name__)), ctx():
+        lstm(torch.randn(2, 4, 3))
+    assert fired == ["tuple"]
+
+
+# -- lesson 03 -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_returning_a_new_tensor_never_breaks_backward_even_for_outputs_that_are_their_input(dtype):
+    """03: "Returning a new tensor worked everywhere. That is the rule to keep", on the layers
+    whose in-place edit breaks backward after a Sigmoid, and in other dtypes."""
+    for layer in (nn.Identity(), nn.Dropout(0.5).eval(), nn.Flatten(), nn.Sigmoid(), nn.Softmax(dim=1)):
+        with seeded(0):
+            net = nn.Sequential(nn.Linear(3, 3), nn.Sigmoid(), layer).to(dtype)
+        with layer.register_forward_hook(lambda m, a, o: o * 2):
+            F.mse_loss(net(torch.ones(4, 3, dtype=dtype)), torch.zeros(4, 3, dtype=dtype)).backward()
+        assert net[0].weight.grad is not None and net[0].weight.grad.dtype == dtype
+
+
+def test_a_pre_hooks_single_value_becomes_a_one_tuple_on_a_module_with_a_default_argument():
+    class Scaled(nn.Module):
+        def forward(self, x, scale=1.0):
+            return x * scale
+
+    m, x = Scaled(), torch.ones(2)
+    with m.register_forward_pre_hook(lambda mod, args: args[0] * 2):
+        assert torch.equal(m(x, 5.0), x * 2)    # scale=5.0 was dropped: the default 1.0 ran
+
+
+def test_a_hook_on_an_intermediate_output_scales_a_tied_downstream_weight_by_its_upstream_share():
+    """01's claim verdict: "Parameters downstream (the head) are never affected" holds for a
+    parameter used only downstream. A weight tied to an upstream layer (a language model's output
+    layer sharing the embedding's weight) gets the upstream part of its gradient scaled."""
+    with seeded(0):
+        emb, mid = nn.Embedding(5, 4), nn.Linear(4, 4)
+    tokens = torch.tensor([0, 3, 1])
+
+    def weight_grad(scale=None):
+        emb.weight.grad = None
+        h = mid(emb(tokens))                       # the embedding weight is used upstream of h...
+        handle = h.register_hook(lambda grad: grad * scale) if scale else None
+        logits = F.linear(torch.tanh(h), emb.weight)   # ...and downstream, as the output layer
+        F.cross_entropy(logits, torch.tensor([1, 2, 4])).backward()
+        if handle is not None:
+            handle.remove()
+        return emb.weight.grad.clone()
+
+    plain, hooked = weight_grad(), weight_grad(10.0)
+    assert not torch.allclose(hooked, plain) and not torch.allclose(hooked, 10 * plain)
+    head_only = nn.Linear(4, 5)                     # an untied head: never affected
+    for scale in (None, 10.0):
+        head_only.weight.grad = None
+        h = mid(emb(tokens))
+        handle = h.register_hook(lambda grad: grad * 10.0) if scale else None
+        F.cross_entropy(head_only(torch.tanh(h)), torch.tensor([1, 2, 4])).backward()
+        if handle is not None:
+            handle.remove()
+        if scale is None:
+            untied = head_only.weight.grad.clone()
+    assert torch.equal(head_only.weight.grad, untied)
