@@ -100,6 +100,29 @@ def test_find_unused_parameters_buckets_from_the_start_and_dtypes_never_share_a_
     assert sorted(float64["shapes"]) == [(3,), (3, 16)]  # the head's gradients, alone
 
 
+def test_static_graph_rebuilds_after_the_second_pass_and_per_bucket_caps_cut_the_first(ranks):
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    variants = ranks[0]["bucket_variants"]
+    static = variants["static_graph=True"]["passes"]
+    assert [len(p) for p in static] == [1, 1, 3] and static[2] == variants["deep, bucket_cap_mb=1"]["passes"][1]
+    has_list = "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel).parameters
+    assert ("bucket_cap_mb_list=[1, 1]" in variants) == has_list
+    if has_list:  # cut by size in the first pass, rebuilt in arrival order after it
+        listed = variants["bucket_cap_mb_list=[1, 1]"]["passes"]
+        assert len(listed[0]) > 1 and listed[1] == variants["deep, bucket_cap_mb=1"]["passes"][1]
+
+
+def test_buckets_are_handed_over_in_index_order_not_when_complete(ranks):
+    order = ranks[0]["arrival_order"]
+    assert order == ["a.weight gradient complete", "b.weight gradient complete",
+                     "comm hook gets bucket 0 ['b.weight']",
+                     "comm hook gets bucket 1 ['spare.weight', 'a.weight']"]
+    assert ranks[1]["arrival_order"] == order
+
+
 def test_the_counting_allreduce_check_sees_one_bucket_then_several():
     import importlib
 
