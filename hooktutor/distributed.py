@@ -36,6 +36,7 @@ import os
 import socket
 import sys
 import tempfile
+import textwrap
 import time
 import traceback
 from collections.abc import Callable
@@ -297,7 +298,28 @@ def record_buckets(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor,
     return buckets
 
 
-def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, Any]:
+def sources(*functions: Callable[..., Any]) -> dict[str, str]:
+    """``{name: source}`` of functions defined in a notebook, for :func:`ddp_hooks_demo`'s
+    ``notebook`` argument: a spawned process cannot import a notebook's function, but it can run
+    its source (a forked one could run the function itself; the source works on every system)."""
+    return {fn.__name__: textwrap.dedent(inspect.getsource(fn)) for fn in functions}
+
+
+def _run_source(name: str, source: str, rank: int, world_size: int) -> Any:
+    """Define the notebook's function ``name`` from ``source`` here, in this rank, and call it
+    as ``name(rank, world_size)``. Its names: torch, nn, dist, DistributedDataParallel, MLP and
+    this module as ``distributed`` (what the lesson's cell imports)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    namespace: dict[str, Any] = {"torch": torch, "nn": nn, "dist": dist, "MLP": MLP,
+                                 "DistributedDataParallel": DistributedDataParallel,
+                                 "distributed": sys.modules[__name__]}
+    exec(compile(source, f"<notebook: {name}>", "exec"), namespace)  # the learner's own code
+    return namespace[name](rank, world_size)
+
+
+def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0,
+                   notebook: dict[str, str] | None = None) -> dict[str, Any]:
     """One forward and backward of a DDP-wrapped ``MLP(seed)`` per hook experiment, in one rank.
 
     Returns plain data: what the module hook saw, the buckets a communication hook saw in each
@@ -307,8 +329,9 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
     three passes, ``bucket_cap_mb_list`` where torch has it), the order in which gradients complete
     and buckets are handed over (``arrival_order``, on :class:`Swapped`), the gradients with the
     default all-reduce, with the recording hook, and with the fp16 compression hook, what
-    ``capture`` and ``list_hooks`` made of the wrapped model, and what a tensor hook and a
-    post-accumulate-grad hook on ``head.bias`` saw (the rank's own gradient).
+    ``capture`` and ``list_hooks`` made of the wrapped model, what a tensor hook and a
+    post-accumulate-grad hook on ``head.bias`` saw (the rank's own gradient), and what each of
+    the ``notebook`` functions returned (``{name: source}``, :func:`sources`), run in this rank.
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
@@ -395,6 +418,10 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
             h.remove()
     result["parameter_hooks_saw"] = saw
     result["grad_after_backward"] = bias.grad.detach().clone()
+
+    # 6. the notebook's own experiments (``notebook``: their sources, see :func:`sources`)
+    result["notebook"] = {name: _run_source(name, source, rank, world_size)
+                          for name, source in (notebook or {}).items()}
     return result
 
 
