@@ -30,11 +30,13 @@ workers live here, and
 from __future__ import annotations
 
 import datetime
+import inspect
 import multiprocessing
 import os
 import socket
 import sys
 import tempfile
+import textwrap
 import time
 import traceback
 from collections.abc import Callable
@@ -226,6 +228,51 @@ class SpareHead(nn.Module):
         return self.mlp(x)
 
 
+class Swapped(nn.Module):
+    """A ``spare`` layer that ``forward`` never calls (what ``find_unused_parameters=True`` is
+    for), then two ``Linear(512, 512)`` registered as ``a`` then ``b`` but run ``b`` first, so
+    ``a``'s gradient is complete first. The input is ``x`` repeated to width 512."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.spare = nn.Linear(4, 4, bias=False)
+            self.a = nn.Linear(512, 512, bias=False)
+            self.b = nn.Linear(512, 512, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(self.b(x.repeat(1, 64)))[:, :3]
+
+
+def arrival_order(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor,
+                  loss_fn: Callable[..., torch.Tensor]) -> list[str]:
+    """One backward pass of ``ddp``, in time: each parameter whose gradient is complete (its
+    post-accumulate-grad hook) and each bucket the communication hook is handed (its index and
+    the parameters it holds)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    names = {id(p): n for n, p in ddp.module.named_parameters()}
+    events: list[str] = []
+
+    def record_bucket(state, bucket):  # no annotations: DDP checks them (this module's are str)
+        held = [names[id(p)] for p in bucket.parameters()]
+        events.append(f"comm hook gets bucket {bucket.index()} {held}")
+        return default_hooks.allreduce_hook(state, bucket)
+
+    def complete(name):
+        return lambda param: events.append(f"{name} gradient complete")
+
+    ddp.register_comm_hook(None, record_bucket)
+    handles = [p.register_post_accumulate_grad_hook(complete(n)) for n, p in ddp.module.named_parameters()
+               if n != "spare.weight"]
+    try:
+        loss_fn(ddp(x), y).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return events
+
+
 def record_buckets(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor,
                    loss_fn: Callable[..., torch.Tensor], passes: int) -> list[list[dict[str, Any]]]:
     """Register a communication hook on ``ddp`` that records each bucket (index, numel, bytes,
@@ -251,16 +298,40 @@ def record_buckets(ddp: nn.Module, x: torch.Tensor, y: torch.Tensor,
     return buckets
 
 
-def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, Any]:
+def sources(*functions: Callable[..., Any]) -> dict[str, str]:
+    """``{name: source}`` of functions defined in a notebook, for :func:`ddp_hooks_demo`'s
+    ``notebook`` argument: a spawned process cannot import a notebook's function, but it can run
+    its source (a forked one could run the function itself; the source works on every system)."""
+    return {fn.__name__: textwrap.dedent(inspect.getsource(fn)) for fn in functions}
+
+
+def _run_source(name: str, source: str, rank: int, world_size: int) -> Any:
+    """Define the notebook's function ``name`` from ``source`` here, in this rank, and call it
+    as ``name(rank, world_size)``. Its names: torch, nn, dist, DistributedDataParallel, MLP and
+    this module as ``distributed`` (what the lesson's cell imports)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    namespace: dict[str, Any] = {"torch": torch, "nn": nn, "dist": dist, "MLP": MLP,
+                                 "DistributedDataParallel": DistributedDataParallel,
+                                 "distributed": sys.modules[__name__]}
+    exec(compile(source, f"<notebook: {name}>", "exec"), namespace)  # the learner's own code
+    return namespace[name](rank, world_size)
+
+
+def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0,
+                   notebook: dict[str, str] | None = None) -> dict[str, Any]:
     """One forward and backward of a DDP-wrapped ``MLP(seed)`` per hook experiment, in one rank.
 
     Returns plain data: what the module hook saw, the buckets a communication hook saw in each
     of two passes on a wider ``MLP(hidden=512)`` (one list per pass), the cap of those buckets,
     the same for other DDP settings (``bucket_variants``: the default cap and ``bucket_cap_mb=1``
-    on a deeper model, ``find_unused_parameters=True``, a float64 head), the gradients with the
+    on a deeper model, ``find_unused_parameters=True``, a float64 head, ``static_graph=True`` over
+    three passes, ``bucket_cap_mb_list`` where torch has it), the order in which gradients complete
+    and buckets are handed over (``arrival_order``, on :class:`Swapped`), the gradients with the
     default all-reduce, with the recording hook, and with the fp16 compression hook, what
-    ``capture`` and ``list_hooks`` made of the wrapped model, and what a tensor hook and a
-    post-accumulate-grad hook on ``head.bias`` saw (the rank's own gradient).
+    ``capture`` and ``list_hooks`` made of the wrapped model, what a tensor hook and a
+    post-accumulate-grad hook on ``head.bias`` saw (the rank's own gradient), and what each of
+    the ``notebook`` functions returned (``{name: source}``, :func:`sources`), run in this rank.
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
     from torch.nn.parallel import DistributedDataParallel
@@ -291,17 +362,25 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
 
     # 2b. the same recording under other settings: the default cap on a deeper model (the first
     #     rebuilt bucket has a cap of its own), find_unused_parameters=True on a model with an
-    #     unused head (no one-bucket first pass, no rebuild), two dtypes (never in one bucket)
+    #     unused head (no one-bucket first pass, no rebuild), two dtypes (never in one bucket),
+    #     static_graph=True (rebuilt after the second pass), per-bucket caps (where torch has them)
     variants = {"deep, default cap": (_deep_mlp(seed), {}),
                 "deep, bucket_cap_mb=1": (_deep_mlp(seed), {"bucket_cap_mb": 1}),
                 "find_unused_parameters=True": (SpareHead(seed),
                                                 {"bucket_cap_mb": 1, "find_unused_parameters": True}),
-                "float64 head": (Float64Head(seed), {"bucket_cap_mb": 1})}
+                "float64 head": (Float64Head(seed), {"bucket_cap_mb": 1}),
+                "static_graph=True": (_deep_mlp(seed), {"bucket_cap_mb": 1, "static_graph": True})}
+    if "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel).parameters:  # torch 2.13 has it
+        variants["bucket_cap_mb_list=[1, 1]"] = (_deep_mlp(seed), {"bucket_cap_mb_list": [1, 1]})
     result["bucket_variants"] = {}
     for label, (model, options) in variants.items():
         ddp = DistributedDataParallel(model, **options)
-        passes = record_buckets(ddp, x, y, loss_fn, passes=2)
+        passes = record_buckets(ddp, x, y, loss_fn, passes=3 if options.get("static_graph") else 2)
         result["bucket_variants"][label] = {"cap": ddp.bucket_bytes_cap, "passes": passes}
+    # 2c. the order DDP hands the buckets over: by index, each once every lower one has gone,
+    #     also when a higher one was complete first (a layout cut before the gradients arrived)
+    ddp = DistributedDataParallel(Swapped(seed), bucket_cap_mb=1, find_unused_parameters=True)
+    result["arrival_order"] = arrival_order(ddp, x, y, loss_fn)
 
     # 3. the built-in fp16 compression hook
     ddp = DistributedDataParallel(MLP(seed=seed))
@@ -339,6 +418,10 @@ def ddp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, An
             h.remove()
     result["parameter_hooks_saw"] = saw
     result["grad_after_backward"] = bias.grad.detach().clone()
+
+    # 6. the notebook's own experiments (``notebook``: their sources, see :func:`sources`)
+    result["notebook"] = {name: _run_source(name, source, rank, world_size)
+                          for name, source in (notebook or {}).items()}
     return result
 
 

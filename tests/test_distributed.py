@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from hooktutor import distributed
 from hooktutor.models import MLP
@@ -19,9 +20,31 @@ from hooktutor.models import MLP
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def parameter_hooks(rank, world_size):
+    """Lesson 08's notebook experiment, as the lesson writes it: it runs in every rank from its
+    source (distributed.sources), with the names the worker gives it."""
+    ddp = DistributedDataParallel(MLP(seed=0))
+    bias, saw = ddp.module.head.bias, {}
+
+    def on_gradient(grad):
+        saw["tensor hook"] = grad.detach().clone()
+
+    def on_accumulated(param):
+        saw["post-accumulate-grad hook"] = param.grad.detach().clone()
+
+    x, y = distributed.local_batch(rank)
+    handles = [bias.register_hook(on_gradient), bias.register_post_accumulate_grad_hook(on_accumulated)]
+    try:
+        nn.functional.cross_entropy(ddp(x), y).backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {"saw": saw, "grad": bias.grad.detach().clone()}
+
+
 @pytest.fixture(scope="module")
 def ranks():
-    results = distributed.run(distributed.ddp_hooks_demo, 2)
+    results = distributed.run(distributed.ddp_hooks_demo, 2, notebook=distributed.sources(parameter_hooks))
     assert distributed.leftover_processes() == []  # every process has ended
     assert not dist.is_initialized()  # and this process never joined a group
     return results
@@ -100,6 +123,27 @@ def test_find_unused_parameters_buckets_from_the_start_and_dtypes_never_share_a_
     assert sorted(float64["shapes"]) == [(3,), (3, 16)]  # the head's gradients, alone
 
 
+def test_static_graph_rebuilds_after_the_second_pass_and_per_bucket_caps_cut_the_first(ranks):
+    import inspect
+
+    variants = ranks[0]["bucket_variants"]
+    static = variants["static_graph=True"]["passes"]
+    assert [len(p) for p in static] == [1, 1, 3] and static[2] == variants["deep, bucket_cap_mb=1"]["passes"][1]
+    has_list = "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel).parameters
+    assert ("bucket_cap_mb_list=[1, 1]" in variants) == has_list
+    if has_list:  # cut by size in the first pass, rebuilt in arrival order after it
+        listed = variants["bucket_cap_mb_list=[1, 1]"]["passes"]
+        assert len(listed[0]) > 1 and listed[1] == variants["deep, bucket_cap_mb=1"]["passes"][1]
+
+
+def test_buckets_are_handed_over_in_index_order_not_when_complete(ranks):
+    order = ranks[0]["arrival_order"]
+    assert order == ["a.weight gradient complete", "b.weight gradient complete",
+                     "comm hook gets bucket 0 ['b.weight']",
+                     "comm hook gets bucket 1 ['spare.weight', 'a.weight']"]
+    assert ranks[1]["arrival_order"] == order
+
+
 def test_the_counting_allreduce_check_sees_one_bucket_then_several():
     import importlib
 
@@ -172,3 +216,13 @@ def test_the_torchrun_command_of_the_lesson_starts_the_same_worker():
     lines = sorted(line for line in result.stdout.splitlines() if line.startswith("rank "))
     assert lines == [f"rank {r} of 2 (gloo on cpu): buckets per pass [1, 2], module hook fired 1x, "
                      "captured ['fc1', 'module.head']" for r in (0, 1)]
+
+
+def test_a_notebook_function_runs_in_every_rank_from_its_source_like_the_packages_own(ranks):
+    for r in ranks:
+        mine = r["notebook"]["parameter_hooks"]
+        assert torch.equal(mine["grad"], r["grad_after_backward"])
+        assert mine["saw"].keys() == r["parameter_hooks_saw"].keys()
+        assert all(torch.equal(mine["saw"][k], r["parameter_hooks_saw"][k]) for k in mine["saw"])
+    assert not torch.equal(ranks[0]["notebook"]["parameter_hooks"]["saw"]["tensor hook"],
+                           ranks[1]["notebook"]["parameter_hooks"]["saw"]["tensor hook"])  # local

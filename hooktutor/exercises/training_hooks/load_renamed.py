@@ -73,7 +73,7 @@ exercise = Exercise(
         "model.register_load_state_dict_pre_hook(hook) (torch 2.5 and newer; before: "
         "model._register_load_state_dict_pre_hook(hook, with_module=True)) calls hook(module, state_dict, "
         "prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs) before the model reads "
-        "the checkpoint.",
+        "the checkpoint (its strict is always True: load_state_dict applies strict itself, afterwards).",
         "The hook's return value is ignored: edit state_dict in place. It is load_state_dict's own shallow "
         "copy: moving keys leaves the caller's dict as it was (its tensors are the caller's: do not change "
         "them in place). Pop every key out first, then put each value back under its new "

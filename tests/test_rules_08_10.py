@@ -1,0 +1,273 @@
+"""The general rules of lessons 08, 09 and 10, checked on set-ups other than the lessons' own
+(another layer kind, a nested module, another optimizer, another loss), so that a rule a lesson
+states holds where a learner will use it. Each test names the lesson and the sentence it backs."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import warnings
+
+import pytest
+import torch
+import torch.utils.checkpoint as ckpt
+from torch import nn
+from torch.nn.utils import prune
+
+from hooktutor.course import claims
+from hooktutor.models import seeded
+
+
+def _nested():
+    """A model two levels deep: ``body.0`` is a Conv1d inside a Sequential inside the root."""
+    with seeded(0):
+        return nn.Sequential(nn.Sequential(nn.Conv1d(2, 2, 3), nn.ReLU()), nn.Flatten(),
+                             nn.Linear(4, 3))
+
+
+# --- lesson 08, section 2: deepcopy and hooks --------------------------------------------------
+
+class _Counting:
+    def __init__(self):
+        self.calls = 0
+
+    def hook(self, module, args, output):
+        self.calls += 1
+
+
+def _count(state, module, args, output):
+    state["calls"] += 1
+
+
+@pytest.mark.parametrize("kind", ["bound method", "functools.partial"])
+def test_08_deepcopy_copies_a_hook_that_is_an_object_with_its_state(kind):
+    """Lesson 08: 'a bound method, a functools.partial ... is deep-copied with its state'."""
+    model = _nested()
+    if kind == "bound method":
+        owner = _Counting()
+        hook, calls = owner.hook, lambda h: h.__self__.calls
+    else:
+        hook, calls = functools.partial(_count, {"calls": 0}), lambda h: h.args[0]["calls"]
+    with model[0][0].register_forward_hook(hook):
+        twin = copy.deepcopy(model)
+    (copied,) = twin[0][0]._forward_hooks.values()
+    twin(torch.ones(1, 2, 4))
+    assert copied is not hook and (calls(hook), calls(copied)) == (0, 1)
+
+
+def test_08_deepcopy_of_pruned_or_old_weight_norm_works_after_an_inference_mode_forward():
+    """Lesson 08 recap: 'a forward under no_grad or inference_mode is fine'; a Conv1d this time."""
+    with seeded(0), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the old weight_norm's deprecation warning
+        layers = [prune.l1_unstructured(nn.Conv1d(2, 2, 3), "weight", amount=0.5),
+                  nn.utils.weight_norm(nn.Conv1d(2, 2, 3))]
+    for layer in layers:
+        layer(torch.ones(1, 2, 4))  # a training forward: weight has a graph
+        with pytest.raises(RuntimeError, match="graph leaves"):
+            copy.deepcopy(layer)
+        with torch.inference_mode():
+            layer(torch.ones(1, 2, 4))
+        copy.deepcopy(layer)  # no error
+
+
+@pytest.mark.parametrize("make", [lambda ps: torch.optim.Adam(ps, lr=0.1),
+                                  lambda ps: torch.optim.RMSprop(ps, lr=0.1)])
+def test_08_an_optimizers_deepcopy_has_no_step_hooks(make):
+    """Lesson 08: 'An optimizer is the other way round: its copy has no step hooks' (not SGD)."""
+    optimizer = make(_nested().parameters())
+    with optimizer.register_step_pre_hook(lambda o, a, k: None), \
+            optimizer.register_step_post_hook(lambda o, a, k: None):
+        copied = copy.deepcopy(optimizer)
+    assert not copied._optimizer_step_pre_hooks and not copied._optimizer_step_post_hooks
+
+
+# --- lesson 08, section 3: state-dict hooks, on a nested module --------------------------------
+
+def test_08_load_pre_hook_on_a_nested_module_sees_its_prefix_and_strict_is_always_true():
+    """Lesson 08: a load pre-hook on a submodule gets the keys under its prefix, stray ones
+    included, and its `strict` is True whatever load_state_dict was called with."""
+    model, seen = _nested(), {}
+    inner = model[0][0]
+    public = claims.expected("module-state-dict-hooks-public")
+    register = (inner.register_load_state_dict_pre_hook if public
+                else functools.partial(inner._register_load_state_dict_pre_hook, with_module=True))
+
+    def hook(module, state_dict, prefix, local_metadata, strict, *rest):
+        seen.setdefault("calls", []).append((prefix, sorted(state_dict), strict))
+
+    checkpoint = {**model.state_dict(), "0.0.stray": torch.zeros(1)}
+    with register(hook):
+        model.load_state_dict(checkpoint, strict=False)
+        model.load_state_dict(model.state_dict())  # strict
+    assert seen["calls"] == [("0.0.", ["0.0.bias", "0.0.stray", "0.0.weight"], True),
+                             ("0.0.", ["0.0.bias", "0.0.weight"], True)]
+
+
+def test_08_a_public_state_dict_post_hook_that_returns_a_dict_raises_on_a_submodule_too():
+    """Lesson 08: 'Since torch 2.5 the public one must return None: a returned dict raises'."""
+    if not claims.expected("module-state-dict-hooks-public"):
+        pytest.skip("no public state-dict post-hook before torch 2.5")
+    model = _nested()
+    with model[0][0].register_state_dict_post_hook(lambda m, sd, prefix, meta: {"only": 1}):
+        with pytest.raises(RuntimeError, match="must return None"):
+            model.state_dict()
+
+
+# --- lesson 08, section 4: optimizer hooks -----------------------------------------------------
+
+def test_08_step_hooks_fire_twice_in_an_adam_subclass_that_calls_super_step():
+    """Lesson 08: a subclass whose step calls super().step() fires each hook twice, once an
+    optimizer of the parent class has been built (Adam this time, not SGD)."""
+    class ClippingAdam(torch.optim.Adam):
+        def step(self, closure=None):
+            return super().step(closure)
+
+    torch.optim.Adam([nn.Parameter(torch.ones(1))])  # wraps Adam.step
+    p = nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    opt, fired = ClippingAdam([p], lr=0.1), []
+    with opt.register_step_pre_hook(lambda o, a, k: fired.append("pre")), \
+            opt.register_step_post_hook(lambda o, a, k: fired.append("post")):
+        opt.step()
+    assert fired == ["pre", "pre", "post", "post"]
+
+
+def test_08_one_adam_per_parameter_in_backward_gives_the_weights_of_one_adam_step():
+    """Lesson 08: 'with one small optimizer per parameter, that gives exactly the weights of
+    optimizer.step()': Adam and an MSE loss this time, two steps."""
+    x, target = torch.linspace(-1, 1, 8).reshape(2, 4), torch.ones(2, 3)
+    model_a, model_b = _linear_pair()
+    optimizer = torch.optim.Adam(model_a.parameters(), lr=0.01, foreach=False)
+    per_param = {p: torch.optim.Adam([p], lr=0.01, foreach=False) for p in model_b.parameters()}
+
+    def step_now(p):
+        per_param[p].step()
+        per_param[p].zero_grad()
+
+    handles = [p.register_post_accumulate_grad_hook(step_now) for p in model_b.parameters()]
+    try:
+        for _ in range(2):
+            optimizer.zero_grad()
+            nn.functional.mse_loss(model_a(x), target).backward()
+            optimizer.step()
+            nn.functional.mse_loss(model_b(x), target).backward()
+    finally:
+        for h in handles:
+            h.remove()
+    assert all(torch.equal(p, q) for p, q in zip(model_a.parameters(), model_b.parameters()))
+
+
+def _linear_pair():
+    with seeded(0):
+        a = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3))
+    return a, copy.deepcopy(a)
+
+
+# --- lesson 09 -------------------------------------------------------------------------------
+
+def test_09_a_linear_saves_its_input_only_when_its_weight_needs_a_gradient():
+    """Lesson 09: 'Each Linear saves its input (for the weight's gradient, when the weight
+    requires grad) and, when its input needs a gradient, its weight'."""
+    with seeded(0):
+        layer = nn.Linear(4, 3)
+    x = torch.ones(2, 4, requires_grad=True)
+
+    def saved_by(layer, inp):
+        kept = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t) or t, lambda t: t):
+            layer(inp)
+        weight = layer.weight.untyped_storage().data_ptr()
+        return sorted("weight" if t.untyped_storage().data_ptr() == weight else "input" for t in kept)
+
+    assert saved_by(layer, x) == ["input", "weight"]
+    assert saved_by(layer, x.detach()) == ["input"]  # no gradient for the input: no weight saved
+    layer.weight.requires_grad_(False)
+    assert saved_by(layer, x) == ["weight"]  # no gradient for the weight: no input saved
+
+
+def test_09_reentrant_checkpoint_asked_for_weights_on_a_nested_conv_model():
+    """Lesson 09: the reentrant checkpoint asked only for the weights: torch.autograd.grad
+    reports them unused, backward(inputs=...) leaves .grad empty without a word; a nested Conv1d
+    model and a cross-entropy loss this time."""
+    model = _nested()
+    inp, label = torch.ones(1, 2, 4, requires_grad=True), torch.tensor([1])
+    weights = list(model.parameters())
+    loss = nn.functional.cross_entropy(ckpt.checkpoint(model, inp, use_reentrant=True), label)
+    with pytest.raises(RuntimeError, match="not have been used in the graph"):
+        torch.autograd.grad(loss, weights, retain_graph=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loss.backward(inputs=weights)
+    assert all(p.grad is None for p in weights) and not caught
+    loss = nn.functional.cross_entropy(ckpt.checkpoint(model, inp, use_reentrant=False), label)
+    loss.backward(inputs=weights)
+    assert all(p.grad is not None for p in weights)
+
+
+def test_09_what_a_hook_keeps_under_vmap_answers_to_shape_and_repr_but_not_to_reads():
+    """Lesson 09: a tensor a hook kept under vmap 'raises when read after vmap returns (its
+    shape, dtype and even its printout still answer)'; a Conv1d this time."""
+    with seeded(0):
+        conv = nn.Conv1d(2, 3, kernel_size=3)
+    kept = []
+    with conv.register_forward_hook(lambda m, a, o: kept.append(o.detach().clone())):
+        torch.func.vmap(conv)(torch.ones(5, 2, 8))
+    (escaped,) = kept
+    assert tuple(escaped.shape) == (3, 6) and escaped.dtype == torch.float32
+    assert isinstance(repr(escaped), str)
+    with pytest.raises(RuntimeError, match="escaped"):
+        escaped.sum()
+
+
+def test_09_an_always_call_forward_hook_fires_with_none_when_the_recomputation_stops_early():
+    """Lesson 09: under the non-reentrant checkpoint's early stop 'a forward hook registered with
+    always_call=True does fire, with output=None'."""
+    with seeded(0):
+        block = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 4))
+    seen = []
+    with block.register_forward_hook(lambda m, a, o: seen.append(o is None), always_call=True):
+        ckpt.checkpoint(block, torch.ones(2, 4, requires_grad=True), use_reentrant=False).sum().backward()
+    assert seen == [False, True]  # the forward, then the stopped recomputation
+
+
+# --- lesson 10 -------------------------------------------------------------------------------
+
+def test_10_a_forward_pre_hook_on_a_submodule_switches_the_encoder_fast_path_off():
+    """Lesson 10: 'since torch 2.5 a forward hook or pre-hook on the layer or a submodule switches
+    that layer's fast path off'; a pre-hook on norm1 of a lone encoder layer this time."""
+    with seeded(0):
+        layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+    fired = []
+    with layer.norm1.register_forward_pre_hook(lambda m, a: fired.append(1)), torch.no_grad():
+        layer(torch.ones(2, 5, 16))
+    assert bool(fired) == claims.expected("encoder-fastpath-off-with-hooks")
+
+
+def test_10_the_checks_tracking_keeps_an_encoder_layer_off_its_fast_path():
+    """docs/authoring.md: `t.track` hooks every module, which since torch 2.5 keeps a
+    TransformerEncoderLayer off its fast path: a case about the fast path needs an untracked
+    model."""
+    from torch.nn.modules.module import register_module_forward_hook
+
+    from hooktutor.data import first_token
+    from hooktutor.exercises.core import Tester
+    from hooktutor.models import TinyTransformer
+
+    tokens, _ = first_token(4, seed=0)
+    model = TinyTransformer(seed=0).eval()
+
+    def modules_called():
+        seen = []
+        with register_module_forward_hook(lambda m, a, o: seen.append(m)), torch.inference_mode():
+            model(tokens)
+        return len(seen)
+
+    untracked = modules_called()
+    t = Tester()
+    t.track(model)
+    try:
+        tracked = modules_called()
+    finally:
+        t.leaks()
+    assert (tracked > untracked) == claims.expected("encoder-fastpath-off-with-hooks")
+    assert modules_called() == untracked  # the tracking's hooks are gone again
