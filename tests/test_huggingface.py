@@ -441,3 +441,22 @@ def test_the_hidden_states_exercise_accepts_its_right_alternatives():
     for label, answer in module.right_answers.items():
         report = hf_hooks.hidden_states.check(answer, hidden=True)
         assert report.passed, (label, repr(report))
+
+
+_ATTENTION = {"llama": "model.layers.0.self_attn", "gpt2": "transformer.h.0.attn",
+              "bert": "encoder.layer.0.attention.self", "t5": "encoder.block.0.layer.0.SelfAttention"}
+
+
+@pytest.mark.parametrize("arch", sorted(_ATTENTION))
+def test_an_attention_modules_hook_gets_weights_under_eager_attention_only(configs, arch):
+    """Lesson 12's verdict on 'hook the attention module to get the attention weights': under the
+    default sdpa the weights are None, under eager attention a (batch, heads, query, key) tensor."""
+    model, kw = build(configs, arch), inputs(configs, arch)
+    assert model.config._attn_implementation == "sdpa"
+    seen = []
+    with ht.get_layer(model, _ATTENTION[arch]).register_forward_hook(lambda m, a, out: seen.append(out)):
+        model(**kw)
+        model.set_attn_implementation("eager")
+        model(**kw)
+    sdpa, eager = seen
+    assert sdpa[-1] is None and eager[-1].shape == (2, 2, 5, 5)
