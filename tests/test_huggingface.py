@@ -451,7 +451,10 @@ _ATTENTION = {"llama": "model.layers.0.self_attn", "gpt2": "transformer.h.0.attn
 def test_an_attention_modules_hook_gets_weights_under_eager_attention_only(configs, arch):
     """Lesson 12's verdict on 'hook the attention module to get the attention weights': under the
     default sdpa the weights are None, under eager attention a (batch, heads, query, key) tensor."""
-    model, kw = build(configs, arch), inputs(configs, arch)
+    import copy
+
+    cls, config, *_ = configs[arch]
+    model, kw = cls(copy.deepcopy(config)).eval(), inputs(configs, arch)   # a config of its own: switched
     assert model.config._attn_implementation == "sdpa"
     seen = []
     with ht.get_layer(model, _ATTENTION[arch]).register_forward_hook(lambda m, a, out: seen.append(out)):
@@ -460,3 +463,21 @@ def test_an_attention_modules_hook_gets_weights_under_eager_attention_only(confi
         model(**kw)
     sdpa, eager = seen
     assert sdpa[-1] is None and eager[-1].shape == (2, 2, 5, 5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "t5"])
+def test_a_model_outputs_fields_none_left_out_the_cache_by_name_and_sdpa_attentions_empty(configs, arch):
+    """Lesson 12's recap on other architectures: a ModelOutput leaves out its None fields (the cache,
+    with use_cache=False), the cache is the field `cache` (since transformers 5.24; `past_key_values`
+    still answers), and under sdpa output_attentions gives an empty tuple (since 5.2) per field."""
+    model, kw = build(configs, arch), inputs(configs, arch)
+    assert model.config._attn_implementation == "sdpa"
+    field = "cache" if claims.expected("hf-model-output-cache-field") else "past_key_values"
+    out, no_cache = model(**kw), model(**kw, use_cache=False)
+    assert field in out.keys() and field not in no_cache.keys()
+    assert getattr(out, field) is out.past_key_values and getattr(no_cache, field) is None
+    asked = model(**kw, output_attentions=True)
+    attentions = {k: v for k, v in asked.items() if k.endswith("attentions")}
+    assert attentions
+    if claims.expected("hf-sdpa-attentions-empty-tuple"):
+        assert all(v == () for v in attentions.values()), attentions
