@@ -356,3 +356,128 @@ def test_layer_names_of_a_compiled_hugging_face_model_work_without_orig_mod(in_a
     """torch.compile names every layer `_orig_mod.<name>`: capture, its recording, get_layer and
     list_hooks take the names with or without it. In a process of its own: it compiles."""
     assert in_a_process_of_its_own(_COMPILED).strip().endswith("ok")
+
+
+# -- lesson 12's rules about output_hidden_states, on other architectures than the lesson's Llama --------
+
+_LAYERS = {"llama": "model.layers", "gpt2": "transformer.h", "bert": "encoder.layer"}
+
+
+def _steer(module, args, output):
+    """Adds 1 to a block's hidden states, whatever the block returns (a tensor, or a tuple)."""
+    if isinstance(output, tuple):
+        return (output[0] + 1, *output[1:])
+    return output + 1
+
+
+@pytest.mark.parametrize("arch", sorted(_LAYERS))
+def test_hidden_states_start_with_the_first_layers_input_and_end_with_last_hidden_state(configs, arch):
+    """hidden_states[0] is what the first layer receives (a pre-hook that doubles it doubles the
+    entry, since transformers 5.2); the last entry is last_hidden_state: the final norm's output in
+    Llama and GPT-2, the last layer's output in BERT, which has no final norm."""
+    model, kw = build(configs, arch), inputs(configs, arch)
+    layers = ht.get_layer(model, _LAYERS[arch])
+    with ht.capture(model, [f"{_LAYERS[arch]}.{len(layers) - 1}"]) as rec:
+        out = model(**kw, output_hidden_states=True)
+    assert len(out.hidden_states) == len(layers) + 1
+    assert torch.equal(out.hidden_states[-1], model.base_model(**kw).last_hidden_state)
+    last_layer = rec[f"{_LAYERS[arch]}.{len(layers) - 1}"]
+    last_layer = last_layer[0] if isinstance(last_layer, tuple) else last_layer
+    # BERT has no final norm: its last entry is the last layer's output; Llama and GPT-2 end in a norm
+    assert torch.equal(out.hidden_states[-1], last_layer) == (arch == "bert")
+    if CAPTURING:
+        with layers[0].register_forward_pre_hook(lambda m, args: (2 * args[0], *args[1:])):
+            doubled = model(**kw, output_hidden_states=True).hidden_states[0]
+        assert torch.equal(doubled, 2 * out.hidden_states[0])   # doubling is exact
+
+
+@pytest.mark.parametrize("arch", sorted(_LAYERS))
+def test_a_late_steering_hook_is_missing_from_its_own_layers_entry_only(configs, arch):
+    """On a model asked for hidden states before (transformers' hooks first), a steering hook on
+    layer 0 leaves hidden_states[1] unsteered, and every later entry, the last included, steered."""
+    model, kw = build(configs, arch), inputs(configs, arch)
+    plain = model(**kw, output_hidden_states=True).hidden_states
+    with ht.get_layer(model, _LAYERS[arch])[0].register_forward_hook(_steer):
+        steered = model(**kw, output_hidden_states=True).hidden_states
+    assert torch.equal(steered[0], plain[0])
+    assert torch.equal(steered[1], plain[1]) == CAPTURING   # from 4.54 to 5.1 too, but the flag is 5.2's
+    assert all(not torch.equal(s, p) for s, p in zip(steered[2:], plain[2:]))
+
+
+def test_an_architecture_without_capture_outputs_leaves_no_hook_and_shows_a_late_steering_hook(configs):
+    """Bloom (in transformers 5.24 not built on capture_outputs) collects the hidden states in its own
+    loop: no hook left, and a steering hook registered after the first call shows in its entry."""
+    model = transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=VOCAB, hidden_size=16, n_layer=2,
+                                                                   n_head=2)).eval()
+    plain = model(IDS, output_hidden_states=True).hidden_states
+    assert len(plain) == 3 and len(ht.list_hooks(model)) == 0
+    with model.transformer.h[0].register_forward_hook(_steer):
+        steered = model(IDS, output_hidden_states=True).hidden_states
+    assert not torch.equal(steered[1], plain[1]) and len(ht.list_hooks(model)) == 0
+
+
+def test_position_ids_count_each_rows_tokens_from_its_first_real_one_under_left_padding(configs):
+    """Lesson 12, section 5: under generate() the decoder layers get position_ids; in a left-padded batch
+    they count each row's real tokens, so position 2 is another column in each row."""
+    model, seen = build(configs, "llama"), []
+    padded = torch.tensor([[5, 17, 42, 8, 99], [0, 0, 61, 20, 7]])   # row 1: two pads in front
+    with model.model.layers[0].register_forward_hook(
+            lambda m, args, kwargs, out: seen.append(kwargs["position_ids"].tolist()), with_kwargs=True):
+        model.generate(padded, attention_mask=(padded != 0).long(), max_new_tokens=2, min_new_tokens=2,
+                       do_sample=False, pad_token_id=0)
+    assert seen[0] == [[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]]   # the two pads: 0 (masked)
+    assert seen[1] == [[5], [3]]
+
+
+def test_the_hidden_states_exercise_accepts_its_right_alternatives():
+    """A right answer that is not the solution's (pre-hooks keeping each decoder layer's input, as
+    transformers records hidden_states[0]) passes every case, the kept ones included."""
+    import importlib
+
+    from hooktutor.exercises import hf_hooks
+
+    module = importlib.import_module("hooktutor.exercises.hf_hooks.hidden_states")
+    assert module.right_answers
+    for label, answer in module.right_answers.items():
+        report = hf_hooks.hidden_states.check(answer, hidden=True)
+        assert report.passed, (label, repr(report))
+
+
+_ATTENTION = {"llama": "model.layers.0.self_attn", "gpt2": "transformer.h.0.attn",
+              "bert": "encoder.layer.0.attention.self", "t5": "encoder.block.0.layer.0.SelfAttention"}
+
+
+@pytest.mark.parametrize("arch", sorted(_ATTENTION))
+def test_an_attention_modules_hook_gets_weights_under_eager_attention_only(configs, arch):
+    """Lesson 12's verdict on 'hook the attention module to get the attention weights': under the
+    default sdpa the weights are None, under eager attention a (batch, heads, query, key) tensor."""
+    import copy
+
+    cls, config, *_ = configs[arch]
+    model, kw = cls(copy.deepcopy(config)).eval(), inputs(configs, arch)   # a config of its own: switched
+    assert model.config._attn_implementation == "sdpa"
+    seen = []
+    with ht.get_layer(model, _ATTENTION[arch]).register_forward_hook(lambda m, a, out: seen.append(out)):
+        model(**kw)
+        model.set_attn_implementation("eager")
+        model(**kw)
+    sdpa, eager = seen
+    assert sdpa[-1] is None and eager[-1].shape == (2, 2, 5, 5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2", "t5"])
+def test_a_model_outputs_fields_none_left_out_the_cache_by_name_and_sdpa_attentions_empty(configs, arch):
+    """Lesson 12's recap on other architectures: a ModelOutput leaves out its None fields (the cache,
+    with use_cache=False), the cache is the field `cache` (since transformers 5.24; `past_key_values`
+    still answers), and under sdpa output_attentions gives an empty tuple (since 5.2) per field."""
+    model, kw = build(configs, arch), inputs(configs, arch)
+    assert model.config._attn_implementation == "sdpa"
+    field = "cache" if claims.expected("hf-model-output-cache-field") else "past_key_values"
+    out, no_cache = model(**kw), model(**kw, use_cache=False)
+    assert field in out.keys() and field not in no_cache.keys()
+    assert getattr(out, field) is out.past_key_values and getattr(no_cache, field) is None
+    asked = model(**kw, output_attentions=True)
+    attentions = {k: v for k, v in asked.items() if k.endswith("attentions")}
+    assert attentions
+    if claims.expected("hf-sdpa-attentions-empty-tuple"):
+        assert all(v == () for v in attentions.values()), attentions

@@ -130,16 +130,20 @@ def claims(claim_class) -> list:
             kind="behaviour",
             lessons=lesson,
             where="section 3 (the hooks `output_hidden_states` installs and leaves, their owner in `list_hooks`, "
-                  "registration order with a steering hook), section 4 (they are installed by "
+                  "registration order with a steering hook, a pre-hook on layer 0 in `hidden_states[0]`), "
+                  "section 4 (they are installed by "
                   "`output_attentions` too) and the claim '`output_hidden_states=True` reads the hidden states "
                   "without hooks'",
             before="`output_hidden_states=True` leaves no hook on the model: the hidden states are collected "
                    "inside the call (before 4.54 by the model's own loop, so they show a steering hook's change; "
                    "from 4.54 by `check_model_inputs`, which keeps each layer's output before any forward hook of "
                    "yours changes it)",
-            after="transformers installs forward hooks (`output_capturing_hook`, on every decoder layer and "
-                  "attention module) the first time hidden states or attentions are asked for, and leaves them "
-                  "on the model; they run in registration order with yours, and `list_hooks` shows them as "
+            after="in the architectures built on its `capture_outputs` decorator (Llama, T5, GPT-2, BERT among "
+                  "them; not Bloom), transformers installs forward hooks (`output_capturing_hook`, on every "
+                  "decoder layer and attention module) the first time hidden states or attentions are asked "
+                  "for, and leaves them on the model; they run in registration order with yours (a steering "
+                  "hook registered after them is missing from its own layer's entry only), they record the "
+                  "first layer's input as `hidden_states[0]`, and `list_hooks` shows them as "
                   "'transformers (output capturing)'",
             since="5.2.0",
             evidence="bisected with the probe on torch 2.13.0: no hook left by 4.57.6, 5.0.0 and 5.1.0; four "

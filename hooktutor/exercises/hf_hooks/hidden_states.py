@@ -5,8 +5,11 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - technique: ``model(input_ids, output_hidden_states=True)`` itself (transformers then installs forward
   hooks on the model that stay); every decoder layer's output as the last entry, where
-  transformers puts the final norm's output (``hidden_states[-1]`` is ``model.model.norm``'s output,
+  transformers puts the model's own output, ``last_hidden_state`` (in a Llama the final norm's output,
   not the last layer's); the embeddings left out;
+- right, though not the solution's way: forward pre-hooks that keep each decoder layer's input (the
+  way transformers itself records ``hidden_states[0]``) and a forward hook on the final norm; the check
+  accepts any hook of the learner's on the modules that produce the entries (``right_answers``);
 - order/nested: 1, 2 and 3 layers, so an answer that hard-codes two layers is caught;
 - detached: the recorded tensors keep the autograd graph;
 - raises: the hooks removed without ``finally:``;
@@ -56,10 +59,11 @@ exercise = Exercise(
           "and return a tuple of detached copies equal to what model(input_ids, output_hidden_states=True)"
           ".hidden_states would hold, in the same order; remove your hooks, also when the model raises"),
     hints=[
-        "Section 3 compared the two: hidden_states[0] is what model.model.embed_tokens returns, hidden_states[i] "
-        "what model.model.layers[i - 1] returns...",
-        "... except the last entry: it is what the final norm, model.model.norm, returns, not the last "
-        "layer's output. Count: one more entry than there are layers.",
+        "Section 3 compared the two: hidden_states[0] is what the first decoder layer receives (in a Llama, what "
+        "model.model.embed_tokens returns), hidden_states[i] what model.model.layers[i - 1] returns...",
+        "... except the last entry: it is the model's own output, last_hidden_state, which in a Llama is what the "
+        "final norm, model.model.norm, returns, not the last layer's output. Count: one more entry than there "
+        "are layers.",
         "A forward hook per module, each keeping output.detach().clone() under its index; the handles removed in "
         "a finally: block; model.model.layers[:-1] are the layers whose outputs are kept as they are.",
     ],
@@ -69,7 +73,8 @@ exercise = Exercise(
     hooks on the model: the task asks for none); the last layer's output as the last entry
     (transformers puts the final norm's output there); the embeddings left out; two layers
     hard-coded; tensors kept with their graph (no `detach()`); hooks removed without
-    `finally:`.""",
+    `finally:`. Right, and accepted: pre-hooks keeping each decoder layer's input (the way
+    transformers itself records `hidden_states[0]`), then a forward hook on the final norm.""",
     equivalent_mutants={
         "copy@11: .clone() -> <dropped>":
             "nothing in a Llama forward writes into a module's output after the module returns (each layer adds "
@@ -98,7 +103,11 @@ def _states_case(answer: Callable, t: Tester, layers: int, seed: int, dtype: tor
     reference, model = llama(seed, layers, dtype), llama(seed, layers, dtype)
     want = _truth(reference, ids)
     t.track(model)
-    with kit.HookWitness({"model.embed_tokens": model.model.embed_tokens}) as witness:
+    # the modules that produce the entries: a forward hook on any of them, or a pre-hook on a layer (its
+    # input is the previous entry), is a hook of the learner's that records
+    producers = {"model.embed_tokens": model.model.embed_tokens, "model.norm": model.model.norm,
+                 **{f"model.layers.{i}": layer for i, layer in enumerate(model.model.layers)}}
+    with kit.HookWitness(producers) as witness:
         got = answer(model, ids)
     what = f"hidden_states_by_hooks on a {layers}-layer Llama"
     t.expect_type(got, tuple, what=what, nudge="return a tuple, like output_hidden_states")
@@ -121,8 +130,11 @@ def _states_case(answer: Callable, t: Tester, layers: int, seed: int, dtype: tor
         t.expect_close(g, w, what=f"entry {i} (what {source} returns)", atol=1e-6, rtol=1e-6, wrong=wrong,
                        nudge=f"entry {i} is what {source} returns")
         kit.expect_detached(t, g, what=f"entry {i}")
-    t.expect(witness.fired("model.embed_tokens", "forward") == 1, what="a forward hook on embed_tokens while "
-             "the model ran", expected="one of yours", got="none", nudge="record with forward hooks")
+    recorded = sum(witness.fired(name, kind) for name in producers for kind in ("forward", "forward_pre"))
+    t.expect(recorded > 0, what="hooks of yours on embed_tokens, the decoder layers or the norm while the model "
+             "ran", expected="at least one", got="none", nudge=(
+                 "record with hooks of your own on the modules that produce the entries (forward hooks, or "
+                 "pre-hooks on the decoder layers)"))
 
 
 def _last_layer(model, ids) -> torch.Tensor:
@@ -181,7 +193,7 @@ _LEAVES_HOOKS = claims.expected("hf-output-capturing-hooks")
 
 
 @exercise.wrong("asks transformers: output_hidden_states=True",
-                mentions="left its forward hooks" if _LEAVES_HOOKS else "record with forward hooks")
+                mentions="left its forward hooks" if _LEAVES_HOOKS else "record with hooks of your own")
 def _states_ask(model, input_ids):
     return tuple(h.detach().clone() for h in model(input_ids, output_hidden_states=True).hidden_states)
 
@@ -237,3 +249,35 @@ def _states_no_finally(model, input_ids):
 def _states_first_layer_always(model, input_ids):
     inner = model.model
     return _recorded(model, input_ids, [inner.embed_tokens, inner.layers[0], *inner.layers[1:-1], inner.norm])
+
+
+@exercise.wrong("each layer's input and the norm's input (pre-hooks)", mentions="not the last decoder")
+def _states_inputs_only(model, input_ids):
+    inner, kept = model.model, []
+    handles = [m.register_forward_pre_hook(lambda mod, args: kept.append(args[0].detach().clone()))
+               for m in [*inner.layers, inner.norm]]
+    try:
+        model(input_ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return tuple(kept)
+
+
+def _states_by_layer_inputs(model, input_ids):
+    """Right, another way: each decoder layer's input with forward pre-hooks (transformers records
+    hidden_states[0] so), then the final norm's output with a forward hook."""
+    inner, kept = model.model, []
+    handles = [layer.register_forward_pre_hook(lambda m, args: kept.append(args[0].detach().clone()))
+               for layer in inner.layers]
+    handles.append(inner.norm.register_forward_hook(lambda m, args, out: kept.append(out.detach().clone())))
+    try:
+        model(input_ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return tuple(kept)
+
+
+# right answers that are not the solution's: tests/test_huggingface.py proves each passes every case
+right_answers = {"each decoder layer's input (pre-hooks), then the final norm's output": _states_by_layer_inputs}

@@ -33,6 +33,8 @@ from ._shared import IDS, first, llama, t5
 def new_token_states(model, input_ids, block, new_tokens):
     """(the generated ids, a (batch, new_tokens, hidden) tensor of what `block` computed at the
     position that predicted each new token)."""
+    import torch  # for torch.stack: the cell runs on its own, right after the set-up cell
+
     ### BEGIN SOLUTION
     states = []
 
