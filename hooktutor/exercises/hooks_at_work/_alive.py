@@ -75,13 +75,14 @@ def _names(code: types.CodeType) -> set[str]:
     return names
 
 
-def held_bytes(roots: Iterable[object], limit: int = 20_000) -> int | None:
+def held_bytes(roots: Iterable[object], limit: int = 20_000, *, besides: Iterable[object] = ()) -> int | None:
     """The size in bytes of everything ``roots`` refer to: through containers, a function's closure,
     defaults and attributes, the globals its code names, a bound method's object, any object's
     referents; a tensor counts its elements (``nelement() * element_size()``), anything else
     ``sys.getsizeof``. Classes, modules, nn.Modules, frames and generators are not entered. None when
-    more than ``limit`` objects are reached (too much to say)."""
-    seen: set[int] = set()
+    more than ``limit`` objects are reached (too much to say). What only ``besides`` holds (a list the
+    answer returns, and its items) is not counted."""
+    seen: set[int] = {id(o) for o in besides}
     todo = list(roots)
     total = 0
     while todo:
