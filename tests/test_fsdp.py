@@ -67,7 +67,8 @@ def rules_worker(rank: int, world_size: int) -> dict:
     fully_shard(block)
     fully_shard(nested)
     handles += (_views(block[0], "block Linear", saw) + _views(block[1], "block LayerNorm", saw)
-                + _views(inner, "inner unit", saw, param="0.weight") + _views(inner[2], "inner Linear", saw))
+                + _views(inner, "inner unit", saw, param="0.weight") + _views(inner[2], "inner Linear", saw)
+                + _views(nested, "root", saw, param="2.weight"))
     handles.append(block[0].weight.register_hook(lambda g: _keep(saw, "sharded weight's hook", "ran")))
 
     def hook_gathered(module, args):
@@ -166,6 +167,8 @@ def test_the_rule_on_other_set_ups(rules):
         # a unit that keeps its weight after forward: its forward hook sees the full weight
         assert saw["fc2 kept: forward"] == "Parameter (16, 16)"
         assert saw["fc2 kept: pre, prepend"].startswith("DTensor")
+        # the outermost unit is not freed after its forward (reshard_after_forward's default for the root)
+        assert saw["root: forward"] == "Parameter (3, 16)"
         # layers inside a unit (a Linear, a LayerNorm, a Linear of a unit inside a unit): full, every hook
         for layer in ("block Linear", "block LayerNorm", "inner Linear"):
             for kind in ("pre", "pre, prepend", "forward", "forward, prepend"):
