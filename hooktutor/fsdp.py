@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dis
 import inspect
+import linecache
 import textwrap
 import types
 from collections.abc import Callable
@@ -111,8 +112,10 @@ def _from_source(rank: int, world_size: int, *, name: str, sources: dict[str, st
             for part in qualname.split("."):
                 value = getattr(value, part)
             namespace[alias] = value
-    for source in sources.values():
-        exec(compile(source, f"<notebook: {name}>", "exec"), namespace)
+    for function, source in sources.items():
+        filename = f"<notebook: {function}>"   # a traceback then quotes the notebook's lines
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), namespace)
     return namespace[name](rank, world_size)
 
 
