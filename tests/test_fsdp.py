@@ -5,6 +5,7 @@ inside a unit, a LayerNorm), and fsdp.run runs a notebook's worker from its sour
 
 from __future__ import annotations
 
+import pickle
 import types
 import warnings
 
@@ -231,6 +232,21 @@ def test_fsdp_run_sends_a_notebook_function_its_helpers_and_plain_values_by_sour
     finally:
         _notebook_helper.__module__ = _notebook_worker.__module__ = __name__
     assert got == [(f"{LABEL} {r}", ["Parameter (16, 8)"], 2) for r in (0, 1)]
+
+
+def test_what_fsdp_run_sends_pickles_as_a_spawned_process_needs_it():
+    """macOS and Windows spawn the processes: what they receive is pickled, so it must be plain data."""
+    _as_notebooks(_notebook_helper)
+    worker = _as_notebooks(_notebook_worker)
+    try:
+        sources, imports, values = {}, {}, {}
+        fsdp._pack(worker, sources, imports, values)
+    finally:
+        _notebook_helper.__module__ = _notebook_worker.__module__ = __name__
+    assert set(sources) == {"_notebook_worker", "_notebook_helper"} and values == {"LABEL": LABEL}
+    assert imports["fsdp"] == ("module", "hooktutor.fsdp")
+    again = pickle.loads(pickle.dumps((sources, imports, values)))
+    assert fsdp._from_source.__module__ == "hooktutor.fsdp" and again == (sources, imports, values)
 
 
 _MADE_HERE = [1, 2]

@@ -119,3 +119,21 @@ def _contents(cells: tuple[types.CellType, ...] | None) -> list[object]:
         except ValueError:
             pass
     return out
+
+
+def module_contents(model: nn.Module) -> dict[str, set[str]]:
+    """What a model holds besides its hooks: its state_dict's keys, and each module's attributes (an answer
+    that leaves a buffer or an attribute on a module changes one of them)."""
+    found = {"state_dict": set(model.state_dict())}
+    found.update({f"{name or 'the model'} attributes": {k for k in vars(m) if "hook" not in k}
+                  for name, m in model.named_modules()})
+    return found
+
+
+def added_to(model: nn.Module, before: dict[str, set[str]]) -> tuple[str, list[str]] | None:
+    """The first part of :func:`module_contents` that gained keys since ``before``, and those keys."""
+    for where, keys in module_contents(model).items():
+        added = sorted(keys - before.get(where, set()))
+        if added:
+            return where, added
+    return None

@@ -44,7 +44,7 @@ from torch.nn.modules import module as module_hooks
 from ...models import seeded
 from .. import kit
 from ..core import CALLERS_HOOK_IDS, Exercise, Tester
-from ._alive import Created, held_bytes
+from ._alive import Created, added_to, held_bytes, module_contents
 
 
 def conv_absmax(model, batches):
@@ -293,31 +293,22 @@ def _call(answer: Callable, model: nn.Module, batches: list[torch.Tensor]) -> ob
     return answer(model, iter(list(batches)))
 
 
-def _contents(model: nn.Module) -> dict[str, set[str]]:
-    """What each module holds besides its hooks: its state_dict's keys, and its attributes."""
-    found = {"state_dict": set(model.state_dict())}
-    found.update({f"{name or 'the model'} attributes": {k for k in vars(m) if "hook" not in k}
-                  for name, m in model.named_modules()})
-    return found
-
-
 def _expect_no_additions(t: Tester, model: nn.Module, before: dict[str, set[str]]) -> None:
-    after = _contents(model)
-    for where, keys in after.items():
-        added = sorted(keys - before.get(where, set()))
-        t.expect(not added, what=f"the model's {where} after conv_absmax", expected="as before",
-                 got=f"{added} added", nudge=(
-                     "leave the model as you found it: a buffer (register_buffer) or an attribute that your "
-                     "hook sets stays on the conv after the call; a buffer changes the model's state_dict, so "
-                     "a checkpoint saved before calibration no longer loads into it (missing keys). Keep the "
-                     "running maxima in a dict of your own, and return it"))
+    found = added_to(model, before)
+    where, added = found or ("", [])
+    t.expect(found is None, what=f"the model's {where} after conv_absmax", expected="as before",
+             got=f"{added} added", nudge=(
+                 "leave the model as you found it: a buffer (register_buffer) or an attribute that your "
+                 "hook sets stays on the conv after the call; a buffer changes the model's state_dict, so "
+                 "a checkpoint saved before calibration no longer loads into it (missing keys). Keep the "
+                 "running maxima in a dict of your own, and return it"))
 
 
 @exercise.case("a nested model (convs stem and body.1, a Linear head), three batches of different sizes")
 def _(answer, t: Tester) -> None:
     model = t.track(_ConvNet(seed=1), "the conv net")
     batches = _batches([(3, 2, 5, 5), (5, 2, 5, 5), (1, 2, 5, 5)], seed=1)
-    ref, before = _Reference(model, batches), _contents(model)
+    ref, before = _Reference(model, batches), module_contents(model)
     _expect_absmax(t, _call(answer, model, batches), ref, "conv_absmax(net, batches)")
     _expect_no_additions(t, model, before)
 
