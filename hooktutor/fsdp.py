@@ -1,27 +1,36 @@
-"""FSDP2 on one CPU: ``fully_shard`` on two gloo processes, the hooks it installs, what yours see.
+"""FSDP2 on one CPU: ``fully_shard`` on two gloo processes, with workers written in a notebook.
 
 Taught in ``13_hooks_at_work.ipynb`` (section 2). ``fully_shard`` (FSDP2, torch 2.6 and newer)
 splits every parameter of a module into one shard per process and keeps only that shard between
 calls. It is built from module hooks: a forward pre-hook gathers the full parameters before the
 module runs, a forward hook frees them again, and hooks in the backward pass gather them for
-the gradients and reduce-scatter those. :func:`fsdp_hooks_demo` runs in every rank of
-:func:`hooktutor.distributed.run` (which starts the processes: a worker must live in a module,
-not in a notebook cell) and returns plain data about one forward and backward of a sharded
-``MLP``: the hooks FSDP2 installed as :func:`hooktutor.list_hooks` lists them, what your hooks
-saw, the gradient shard of each rank, and what happens when FSDP2's hooks are taken away.
+the gradients and reduce-scatter those.
+
+The lesson's hooks are written in the notebook, where the learner reads and changes them.
+:func:`hooktutor.distributed.run` takes only a worker it can import (a spawned process, on macOS
+and Windows, imports it by name), so :func:`run` sends a notebook's worker as its *source*: the
+function, the notebook functions it calls, and the modules and importable names it uses are
+rebuilt in every rank. A worker returns plain data (strings, numbers, tensors), as
+:func:`describe` makes of a tensor.
 """
 
 from __future__ import annotations
 
-import warnings
+import dis
+import inspect
+import linecache
+import textwrap
+import types
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from .distributed import local_batch
-from .inventory import list_hooks, remove_hooks
+from . import distributed
 from .models import MLP
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
 
 
 def describe(tensor: torch.Tensor | None) -> str:
@@ -35,8 +44,8 @@ def describe(tensor: torch.Tensor | None) -> str:
 
 
 def sharded_mlp(seed: int = 0) -> nn.Module:
-    """``MLP(seed=seed)`` with ``fully_shard`` on each Linear, then on the whole model (the usual
-    recipe: one FSDP unit per block, and the root). Call it inside a process group."""
+    """``MLP(seed=seed)`` with ``fully_shard`` on each Linear, then on the whole model: every Linear
+    is a unit of its own (its hooks are FSDP2's), the root another. Call it inside a process group."""
     from torch.distributed.fsdp import fully_shard
 
     model = MLP(seed=seed)
@@ -46,75 +55,85 @@ def sharded_mlp(seed: int = 0) -> nn.Module:
     return model
 
 
-def fsdp_hooks_demo(rank: int, world_size: int, *, seed: int = 0) -> dict[str, Any]:
-    """One rank of the lesson's experiment (run it with ``distributed.run``); returns plain data.
+def _names(code: types.CodeType) -> list[str]:
+    """The global names ``code`` and the code nested in it (lambdas, inner functions) read, in order
+    (not its attribute names: ``m.weight`` reads no global ``weight``)."""
+    names = []
+    for op in dis.get_instructions(code):
+        if op.opname in ("LOAD_GLOBAL", "LOAD_NAME") and op.argval not in names:
+            names.append(op.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names += [n for n in _names(const) if n not in names]
+    return names
 
-    ``fsdp_rows``: ``(module, kind of hook, owner)`` of every hook FSDP2 installed;
-    ``saw``: what each of your hooks saw of the weight of its layer (forward pre-hooks and
-    forward hooks on ``fc1``, registered after ``fully_shard`` with and without ``prepend=True``;
-    full backward hooks on ``fc2`` and on ``fc1``, whose input needs no grad) or of the gradient
-    of ``fc1.weight`` (a tensor hook and a post-accumulate-grad hook on the parameter itself);
-    ``grad``: ``fc1.weight.grad`` as this rank holds it (its shard) and as all ranks hold it
-    together (``full_tensor()``); ``removed``: what ``remove_hooks(model)`` listed, removed and
-    left, with one hook of yours on ``fc2``;
-    ``cleared``: the error of a forward after every hook dict is cleared by hand.
+
+def _is_notebooks(fn: Any) -> bool:
+    return isinstance(fn, types.FunctionType) and fn.__module__ in ("__main__", None)
+
+
+def _pack(fn: types.FunctionType, sources: dict[str, str], imports: dict[str, tuple], values: dict) -> None:
+    """Add ``fn``'s source (and that of the notebook functions it calls) to ``sources``, and what its
+    global names refer to: a module or an importable object (``imports``), a plain value (``values``)."""
+    if fn.__name__ in sources:
+        return
+    try:
+        sources[fn.__name__] = textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as exc:
+        raise ValueError(f"the source of {fn.__name__!r} cannot be read: define it with `def` in a cell") from exc
+    for name in _names(fn.__code__):
+        if name not in fn.__globals__:   # a builtin, or a name the notebook has not defined (yet)
+            continue
+        value = fn.__globals__[name]
+        if isinstance(value, types.ModuleType):
+            imports[name] = ("module", value.__name__)
+        elif _is_notebooks(value):
+            _pack(value, sources, imports, values)
+        elif isinstance(value, _PLAIN):
+            values[name] = value
+        elif getattr(value, "__module__", "__main__") != "__main__" and hasattr(value, "__qualname__"):
+            imports[name] = (value.__module__, value.__qualname__)
+        else:
+            raise ValueError(f"{fn.__name__!r} uses {name!r}, a {type(value).__name__} made in the notebook: "
+                             "a process cannot receive it; build it inside the worker, or import it there")
+
+
+def _from_source(rank: int, world_size: int, *, name: str, sources: dict[str, str],
+                 imports: dict[str, tuple], values: dict) -> Any:
+    """What each rank runs for :func:`run`: rebuild the notebook's worker, call it."""
+    import importlib
+
+    namespace: dict[str, Any] = {"__name__": "__notebook_worker__", **values}
+    for alias, (module, qualname) in imports.items():
+        if module == "module":
+            namespace[alias] = importlib.import_module(qualname)
+        else:
+            value: Any = importlib.import_module(module)
+            for part in qualname.split("."):
+                value = getattr(value, part)
+            namespace[alias] = value
+    for function, source in sources.items():
+        filename = f"<notebook: {function}>"   # a traceback then quotes the notebook's lines
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        exec(compile(source, filename, "exec"), namespace)
+    return namespace[name](rank, world_size)
+
+
+def run(worker: Callable[[int, int], Any], world_size: int = 2) -> list[Any]:
+    """Run ``worker(rank, world_size)``, a function defined in the notebook, in ``world_size``
+    processes of one gloo group (:func:`hooktutor.distributed.run`); return what each rank returned.
+
+    The worker is sent as its source, with the notebook functions it calls: it may use modules and
+    names imported in the notebook, and plain values (numbers, strings) of the notebook; anything
+    else it uses (a model, a tensor, a list) it builds itself.
     """
-    torch.manual_seed(seed)
-    model = sharded_mlp(seed)
-    result: dict[str, Any] = {"rank": rank, "outside": describe(model.fc1.weight)}
-    result["fsdp_rows"] = [(row.path, row.kind, row.owner_label) for row in list_hooks(model)]
+    import torch.distributed.fsdp  # noqa: F401  (imported here once, not in every forked process)
 
-    saw: dict[str, str] = {}
-
-    def note(key: str, value: str) -> None:
-        saw.setdefault(key, value)   # the first call's view
-
-    fc1, fc2 = model.fc1, model.fc2
-    weight = fc1.weight              # the sharded parameter, as the model holds it between calls
-    handles = [
-        fc1.register_forward_pre_hook(lambda m, args: note("forward pre-hook", describe(m.weight))),
-        fc1.register_forward_pre_hook(lambda m, args: note("forward pre-hook, prepend=True",
-                                                           describe(m.weight)), prepend=True),
-        fc1.register_forward_hook(lambda m, args, out: note("forward hook", describe(m.weight))),
-        fc1.register_forward_hook(lambda m, args, out: note("forward hook, prepend=True",
-                                                            describe(m.weight)), prepend=True),
-        fc2.register_full_backward_hook(lambda m, gin, gout: note("full backward hook on fc2",
-                                                                   describe(m.weight))),
-        fc1.register_full_backward_hook(lambda m, gin, gout: note("full backward hook on fc1",
-                                                                   describe(m.weight))),
-        weight.register_hook(lambda grad: note("tensor hook on the parameter", describe(grad))),
-        weight.register_post_accumulate_grad_hook(
-            lambda p: note("post-accumulate-grad hook", describe(p.grad))),
-    ]
-    x, y = local_batch(rank)         # a batch as a data loader gives it: it needs no grad
-    try:
-        with warnings.catch_warnings():  # fc1's full backward hook: its input needs no grad
-            warnings.filterwarnings("ignore", "Full backward hook is firing")
-            nn.functional.cross_entropy(model(x), y).backward()
-    finally:
-        for handle in handles:
-            handle.remove()
-    result["saw"] = saw
-    result["grad"] = {"this rank": weight.grad.to_local().clone(),
-                      "all ranks": weight.grad.full_tensor().clone(), "describe": describe(weight.grad)}
-    mine = fc2.register_forward_hook(lambda m, args, out: None)    # one hook of yours
-    listed = list_hooks(model)
-    removed = remove_hooks(model)
-    result["removed"] = {"listed": len(listed), "yours listed": sum(r.owner == "user" for r in listed),
-                         "removed": int(removed), "left": len(removed.left),
-                         "left owners": sorted({row.owner_label for row in removed.left}),
-                         "yours gone": mine.id not in fc2._forward_hooks}
-    model.zero_grad()
-    nn.functional.cross_entropy(model(x), y).backward()   # FSDP2's hooks are still there: it works
-    result["after remove_hooks"] = describe(model.fc1.weight.grad)
-
-    cleared = sharded_mlp(seed)
-    for module in cleared.modules():   # what "remove every hook" snippets do
-        module._forward_pre_hooks.clear()
-        module._forward_hooks.clear()
-    try:
-        cleared(x)
-        result["cleared"] = "no error"
-    except Exception as exc:  # the error a learner meets; its type and message go to the lesson
-        result["cleared"] = f"{type(exc).__name__}: {exc}"
-    return result
+    if not _is_notebooks(worker):   # a module's function: it can be imported as it is
+        return distributed.run(worker, world_size)
+    sources: dict[str, str] = {}
+    imports: dict[str, tuple] = {}
+    values: dict[str, Any] = {}
+    _pack(worker, sources, imports, values)
+    return distributed.run(_from_source, world_size, name=worker.__name__, sources=sources,
+                           imports=imports, values=values)

@@ -75,13 +75,14 @@ def _names(code: types.CodeType) -> set[str]:
     return names
 
 
-def held_bytes(roots: Iterable[object], limit: int = 20_000) -> int | None:
+def held_bytes(roots: Iterable[object], limit: int = 20_000, *, besides: Iterable[object] = ()) -> int | None:
     """The size in bytes of everything ``roots`` refer to: through containers, a function's closure,
     defaults and attributes, the globals its code names, a bound method's object, any object's
     referents; a tensor counts its elements (``nelement() * element_size()``), anything else
     ``sys.getsizeof``. Classes, modules, nn.Modules, frames and generators are not entered. None when
-    more than ``limit`` objects are reached (too much to say)."""
-    seen: set[int] = set()
+    more than ``limit`` objects are reached (too much to say). What only ``besides`` holds (a list the
+    answer returns, and its items) is not counted."""
+    seen: set[int] = {id(o) for o in besides}
     todo = list(roots)
     total = 0
     while todo:
@@ -118,3 +119,21 @@ def _contents(cells: tuple[types.CellType, ...] | None) -> list[object]:
         except ValueError:
             pass
     return out
+
+
+def module_contents(model: nn.Module) -> dict[str, set[str]]:
+    """What a model holds besides its hooks: its state_dict's keys, and each module's attributes (an answer
+    that leaves a buffer or an attribute on a module changes one of them)."""
+    found = {"state_dict": set(model.state_dict())}
+    found.update({f"{name or 'the model'} attributes": {k for k in vars(m) if "hook" not in k}
+                  for name, m in model.named_modules()})
+    return found
+
+
+def added_to(model: nn.Module, before: dict[str, set[str]]) -> tuple[str, list[str]] | None:
+    """The first part of :func:`module_contents` that gained keys since ``before``, and those keys."""
+    for where, keys in module_contents(model).items():
+        added = sorted(keys - before.get(where, set()))
+        if added:
+            return where, added
+    return None

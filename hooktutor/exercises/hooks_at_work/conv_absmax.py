@@ -23,6 +23,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - dtype: float64 and bfloat16 models (the result stays in the input's dtype: abs and max are exact
   in every dtype, so nothing is gained by converting, and a float32 copy of a float64 input rounds);
 - raises: hooks removed outside ``finally:``;
+- left_as_found: the running maximum kept on each conv, observer style, as a buffer
+  (``register_buffer``: the model's ``state_dict`` gains keys, and a checkpoint saved before calibration
+  no longer loads) or as a plain attribute, and left there;
 - detached / left_as_found: the forwards run with gradients on (no ``torch.no_grad()``), so the
   statistics hold the autograd graph; the model switched to eval mode and left there, or "restored"
   with ``model.train()`` (a model given in eval mode leaves in train mode) or ``model.train(was)``
@@ -41,7 +44,7 @@ from torch.nn.modules import module as module_hooks
 from ...models import seeded
 from .. import kit
 from ..core import CALLERS_HOOK_IDS, Exercise, Tester
-from ._alive import Created, held_bytes
+from ._alive import Created, added_to, held_bytes, module_contents
 
 
 def conv_absmax(model, batches):
@@ -100,7 +103,9 @@ exercise = Exercise(
     maximum; a list of every activation (or of every call's maxima, even as Python floats) max'ed
     at the end, which grows with the calibration set (the point of streaming statistics in hooks
     is that it does not); a forward hook that reads `args[0]`: the right numbers from the wrong
-    hook; `view` on a channels-last
+    hook; the running maximum kept on each conv as a buffer or an attribute, observer style, and left
+    there (the model's `state_dict` gains keys: a checkpoint saved before calibration no longer
+    loads); `view` on a channels-last
     input; no `torch.no_grad()`, so every statistic holds the autograd graph; `model.eval()` then
     `model.train()` in the `finally:` (a model given in eval mode leaves in train mode; even
     `model.train(was)` misses a submodule in another mode than its parent); hooks left when the
@@ -288,12 +293,24 @@ def _call(answer: Callable, model: nn.Module, batches: list[torch.Tensor]) -> ob
     return answer(model, iter(list(batches)))
 
 
+def _expect_no_additions(t: Tester, model: nn.Module, before: dict[str, set[str]]) -> None:
+    found = added_to(model, before)
+    where, added = found or ("", [])
+    t.expect(found is None, what=f"the model's {where} after conv_absmax", expected="as before",
+             got=f"{added} added", nudge=(
+                 "leave the model as you found it: a buffer (register_buffer) or an attribute that your "
+                 "hook sets stays on the conv after the call; a buffer changes the model's state_dict, so "
+                 "a checkpoint saved before calibration no longer loads into it (missing keys). Keep the "
+                 "running maxima in a dict of your own, and return it"))
+
+
 @exercise.case("a nested model (convs stem and body.1, a Linear head), three batches of different sizes")
 def _(answer, t: Tester) -> None:
     model = t.track(_ConvNet(seed=1), "the conv net")
     batches = _batches([(3, 2, 5, 5), (5, 2, 5, 5), (1, 2, 5, 5)], seed=1)
-    ref = _Reference(model, batches)
+    ref, before = _Reference(model, batches), module_contents(model)
     _expect_absmax(t, _call(answer, model, batches), ref, "conv_absmax(net, batches)")
+    _expect_no_additions(t, model, before)
 
 
 @exercise.case("a conv called twice in one forward: the running max covers both calls")
@@ -413,7 +430,8 @@ def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", 
     the input": a forward hook that reads args[0]), ``dims``
     (reduced over; "by size": the last dim whose size is in_channels is taken as the channels),
     ``magnitude`` (False: no abs), ``update`` ("running", "last": overwritten, "list": every input kept
-    and max'ed at the end, "floats": every call's maxima kept as Python floats),
+    and max'ed at the end, "floats": every call's maxima kept as Python floats, "buffer" / "attribute": the
+    running maximum kept on each conv as a buffer / a plain attribute, and left there),
     ``grad_mode`` ("off", "on": no torch.no_grad), ``remove`` ("finally",
     "after", "never"), ``eval_mode`` (model.eval(), then: "left" as it is, "train()": model.train() in the
     finally:, "train(was)": model.train(the model's own flag before) in the finally:) and ``select``
@@ -437,6 +455,15 @@ def _calibrate(*, hook="pre", dims=(0, 2, 3), magnitude=True, update="running", 
                     floats.setdefault(name, []).append((reduce(module, x).tolist(), x.dtype))
                     return
                 amax = reduce(module, x)
+                if update in ("buffer", "attribute"):   # observer style: the running max kept on the conv
+                    old = getattr(module, "absmax", None)
+                    new = amax if old is None else torch.maximum(old, amax)
+                    if update == "buffer":
+                        module.register_buffer("absmax", new)
+                    else:
+                        module.absmax = new
+                    absmax[name] = new
+                    return
                 absmax[name] = torch.maximum(absmax[name], amax) if name in absmax and update == "running" else amax
             if hook == "pre":
                 return lambda module, args: observe(module, args[0])
@@ -485,6 +512,10 @@ exercise.wrong("type(module) is nn.Conv2d: misses a subclass", mentions="one ent
 exercise.wrong("a forward hook that reads args[0]", mentions="PRE-hook")(_calibrate(hook="forward on the input"))
 exercise.wrong("every call's maxima kept as Python floats, max'ed at the end",
                mentions="grows with the number of batches")(_calibrate(update="floats"))
+exercise.wrong("the running max kept as a buffer on each conv, and left there", mentions="state_dict")(
+    _calibrate(update="buffer"))
+exercise.wrong("the running max kept as an attribute of each conv, and left there", mentions="as you found it")(
+    _calibrate(update="attribute"))
 exercise.wrong("the last dimension instead of dim 1", mentions="dim 1")(_calibrate(dims=(0, 1, 2)))
 exercise.wrong("no abs()", mentions="largest magnitude")(_calibrate(magnitude=False))
 exercise.wrong("only the last batch", mentions="last batch's maximum")(_calibrate(update="last"))

@@ -9,7 +9,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   not, or only the last output or input) kept in a list of the hook's own too: the same leak out of
   sight (the check counts the tensors made during the run that are alive after step 5 and after
   step 200: a correct answer keeps 0 more; and rejects any of them still alive after the last step,
-  with a graph or without);
+  with a graph or without); or the same as Python floats (``output.tolist()``), which no tensor count sees:
+  the check also measures the bytes the hook refers to besides the returned list, at step 5 and at 200;
 - ``output.norm().detach()``: no graph, so no leak of the graph, but a tensor per step where the
   task asks for Python floats (rejected, with a message that says the graph is not the problem);
 - reference cycles: the hook refers to ``layer`` (a closure over it, or a bound method of a
@@ -32,8 +33,8 @@ import torch
 from torch import nn
 
 from ...models import seeded
-from ..core import Exercise, Tester, learners_hooks
-from ._alive import Created, holds_graph
+from ..core import CALLERS_HOOK_IDS, Exercise, Tester, learners_hooks
+from ._alive import Created, held_bytes, holds_graph
 
 
 def log_output_norms(layer):
@@ -72,7 +73,8 @@ exercise = Exercise(
     guide="""appending the output or `output.norm()` (a tensor that holds the step's graph: its nodes stay, and
     on passes without `backward()` every activation they saved); floats in the list but the outputs
     (every one or every few, detached or not, or only the last output or input) kept in another
-    list of the hook's: the same leak, out of sight; keeping `output.grad_fn` (no tensor, but the
+    list of the hook's (or as Python floats, `output.tolist()`): the same leak, out of sight;
+    keeping `output.grad_fn` (no tensor, but the
     graph, and on a pass without `backward()` the input it saved);
     `output.norm().detach()` (no graph, so
     not that leak, and rejected only because the task asks for floats: ask what a logger's reader
@@ -109,6 +111,19 @@ def _unpack(t: Tester, got: object, what: str) -> tuple[list, object]:
     return norms, handle
 
 
+def _kept_besides(model: nn.Module, norms: list, skip: set[int]) -> int | None:
+    """The size of what the answer's hooks on ``model`` refer to, and of the attributes set on its modules,
+    but the list of norms and its floats; None when it cannot be measured."""
+    roots: list[object] = [fn for m in model.modules() for i, fn in m._forward_hooks.items()
+                           if i not in skip and i not in CALLERS_HOOK_IDS]
+    roots += [v for m in model.modules() for k, v in vars(m).items()
+              if k not in ("_parameters", "_buffers", "_modules") and "hook" not in k]
+    try:
+        return held_bytes(roots, besides=[norms])
+    except Exception:   # an object of the answer's that will not say its size: no measure, no verdict
+        return None
+
+
 def _expect_floats(t: Tester, norms: list, what: str) -> None:
     for i, entry in enumerate(norms):
         if isinstance(entry, torch.Tensor):
@@ -135,9 +150,9 @@ def _(answer, t: Tester) -> None:
         try:
             with Created() as created:   # every tensor the steps make, the hook's included
                 _steps(model, 5, seed=1)
-                early = created.alive()
+                early, held_early = created.alive(), _kept_besides(model, norms, {mine.id})
                 _steps(model, 195, seed=1)
-            late = created.alive()
+            late, held_late = created.alive(), _kept_besides(model, norms, {mine.id})
             # the hook still attached, as it is between two steps of a run: what it keeps of the last one.
             # No gc.collect(): a step's graph that a reference cycle holds until the collector runs is kept
             kept = [(tuple(k.shape), holds_graph(k)) for k in created.kept(besides=model.parameters(),
@@ -164,6 +179,16 @@ def _(answer, t: Tester) -> None:
                  "floats (another list, an attribute): memory grows step by step, detached or not, and a "
                  "step's output, or a tensor made from it, holds the autograd graph of its step too. Keep "
                  "output.norm().item() only, and nothing else"))
+    # what the hook holds besides the list (its closure, defaults, the globals it names, attributes set on
+    # the layer): the same at step 200 as at step 5 for a correct answer; a second list that gets the
+    # output's .tolist() every step grows by hundreds of bytes a step, one of floats by 32
+    more = held_late - held_early if held_early is not None and held_late is not None else 0
+    t.expect(more < 1024, what="the size of what your hook keeps besides the list, step 200 against step 5",
+             expected="the same", got=f"{more:,} bytes more", nudge=(
+                 "your hook keeps something of every step besides the list of norms (Python floats, lists from "
+                 ".tolist(), an output's grad_fn, which holds that step's autograd graph; in another list or an "
+                 "attribute): memory grows with the run, tensors or not. Append output.norm().item() to the "
+                 "list you return, and keep nothing else"))
     shapes = [shape for shape, _ in kept]
     t.expect(not kept, what="tensors of the steps alive after the last step (the hook still attached)",
              expected="none (the hook keeps floats only)",
@@ -296,7 +321,9 @@ exercise.wrong("also keeps the last output, detached", mentions="a tensor of the
     _logger(also_keep=lambda args, output: output.detach(), last=True))
 exercise.wrong("also keeps the last input", mentions="a tensor of the last step is kept")(
     _logger(also_keep=lambda args, output: args[0], last=True))
-exercise.wrong("also keeps every output's grad_fn", mentions="keeps that pass's autograd graph")(
+exercise.wrong("also keeps every output as Python floats (.tolist()), in a second list",
+               mentions="tensors or not")(_logger(also_keep=lambda args, output: output.detach().tolist()))
+exercise.wrong("also keeps every output's grad_fn", mentions="grad_fn, which holds that step's autograd graph")(
     _logger(also_keep=lambda args, output: output.grad_fn))
 exercise.wrong("a hook that closes over `layer`", mentions="reference cycle")(_logger(refer_to_layer=True))
 exercise.wrong("a list shared by every call", mentions="fresh list")(_logger(shared=True))

@@ -25,7 +25,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   the tensors made during the calls that are still alive after them: detached copies of
   the inputs in a global dict, cleared at the next call, are caught there);
 - detached: a result that holds the autograd graph (computed outside backward from the kept,
-  non-detached inputs).
+  non-detached inputs);
+- left_as_found: the inputs kept on each Linear (``module.activations``, Opacus style), popped in
+  the backward hook and the (empty) list left there: the model is not as it was given.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ..backward_hooks._shared import (
     expect_input_as_found,
 )
 from ..core import Exercise, Tester
-from ._alive import Created
+from ._alive import Created, added_to, module_contents
 
 
 def per_sample_norms(model, x, loss_fn):
@@ -130,7 +132,8 @@ exercise = Exercise(
     3-D inputs only (the task admits any number of middle dimensions); `torch.func` or a loop over the
     examples (right numbers, not hooks: the point is one forward and one backward for the batch);
     the legacy `register_backward_hook`; `type(m) is nn.Linear`, which skips a subclass of
-    nn.Linear; inputs (or copies of them) kept in a global across calls; hooks left attached
+    nn.Linear; inputs (or copies of them) kept in a global across calls; inputs kept in a list
+    attribute of each Linear, Opacus style, left there after the call; hooks left attached
     when the model raises. The warning
     "Full backward hook is firing when gradients are computed with respect to module outputs since
     no inputs require gradients" on the first Linear is harmless here (only `grad_output` is used).""",
@@ -228,8 +231,15 @@ def _call(answer: Callable, model: nn.Module, x: torch.Tensor, loss_fn: Callable
 def _(answer, t: Tester) -> None:
     model = t.track(kit.Nested(seed=1), "the nested model")
     x = kit.randn(5, 4, seed=1)
-    ref = _Reference(model, x)
+    ref, before = _Reference(model, x), module_contents(model)
     _expect_norms(t, _call(answer, model, x), ref, "per_sample_norms(nested, x, loss_fn)")
+    found = added_to(model, before)
+    where, added = found or ("", [])
+    t.expect(found is None, what=f"the model's {where} after per_sample_norms", expected="as before",
+             got=f"{added} added", nudge=(
+                 "leave the model as you found it: an attribute your hooks set on a Linear (a list of its "
+                 "inputs, Opacus style) stays on it after the call, empty or not. Keep the inputs in a dict "
+                 "made inside per_sample_norms, keyed by the module"))
 
 
 @exercise.case("a Linear called twice in one forward: its gradient is the sum of both uses")
@@ -355,7 +365,8 @@ def _hooked(*, scale="sum", bias=True, combine="all", keep="list", shared="sum",
     the layers' norms added up), ``keep`` ("list", "one": one input per Linear), ``shared`` ("sum", "last":
     the last use overwrites), ``positions`` ("sum", "separate": each position's gradient squared apart),
     ``register`` ("full", "legacy"), ``remove`` ("finally", "after", "never"), ``keep`` also "global
-    copies" (detached copies in a module-level dict, cleared at the start of the next call), ``select``
+    copies" (detached copies in a module-level dict, cleared at the start of the next call) and "attribute"
+    (a list of inputs set on each Linear, Opacus style, popped in backward and left there, empty), ``select``
     ("isinstance", "exact": ``type(m) is nn.Linear``), ``middle`` ("any", "one at most": written for 2-D and
     3-D inputs only, an einsum of three subscripts)."""
     def answer(model, x, loss_fn):
@@ -366,6 +377,9 @@ def _hooked(*, scale="sum", bias=True, combine="all", keep="list", shared="sum",
         def keep_input(module, args, output):
             if keep == "one":
                 inputs[module] = [args[0]]
+            elif keep == "attribute":   # Opacus style: on the module, popped in backward, the list left
+                module.activations = getattr(module, "activations", []) + [args[0]]
+                inputs[module] = module.activations
             elif keep == "global copies":   # the copy is what backward reads, and stays in _STORE
                 _STORE.setdefault(module, []).append(args[0].detach().clone())
                 inputs.setdefault(module, []).append(_STORE[module][-1])
@@ -433,6 +447,8 @@ exercise.wrong("type(module) is nn.Linear: skips a subclass", mentions="subclass
     _hooked(select="exact"))
 exercise.wrong("copies of the inputs kept in a global dict, cleared at the next call",
                mentions="across calls")(_hooked(keep="global copies"))
+exercise.wrong("the inputs kept in a list attribute of each Linear, left there (empty)",
+               mentions="as you found it")(_hooked(keep="attribute"))
 exercise.wrong("removes the hooks, but not in a finally block", mentions="`finally:`")(_hooked(remove="after"))
 exercise.wrong("forgets to remove the hooks", mentions="still attached")(_hooked(remove="never"))
 

@@ -1,0 +1,81 @@
+"""The general rules of 13_hooks_at_work's mixed-precision section (its recap and verdicts), checked on
+set-ups other than the lesson's own: other optimizers (fused and not), bfloat16 beside float16, a
+convolution beside a Linear. The lesson shows SGD, fused Adam and fused SGD on an MLP in float16."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hooktutor.data import blobs
+from hooktutor.models import MLP
+
+OPTIMIZERS = {
+    "Adam": lambda p: torch.optim.Adam(p, lr=0.1, foreach=False),
+    "Adagrad": lambda p: torch.optim.Adagrad(p, lr=0.1),
+    "AdamW, fused": lambda p: torch.optim.AdamW(p, lr=0.1, fused=True),
+    "Adagrad, fused": lambda p: torch.optim.Adagrad(p, lr=0.1, fused=True),
+    "SGD, fused": lambda p: torch.optim.SGD(p, lr=0.1, fused=True),
+}
+
+
+def _step(make, dtype, init_scale):
+    """One GradScaler step: (the tensor hook's gradient / the step pre-hook's, / the post-hook's,
+    whether the pre-hook ran, whether the weight changed)."""
+    x, y = blobs(8, seed=0)
+    model = MLP(seed=0)
+    optimizer = make(model.parameters())
+    scaler, seen = torch.amp.GradScaler("cpu", init_scale=init_scale), {}
+    bias, before = model.head.bias, model.head.bias.detach().clone()
+    handles = [bias.register_hook(lambda g: seen.update(hook=g.clone())),
+               optimizer.register_step_pre_hook(lambda *a: seen.update(pre=bias.grad.clone())),
+               optimizer.register_step_post_hook(lambda *a: seen.update(post=bias.grad.clone()))]
+    try:
+        with torch.autocast("cpu", dtype=dtype):
+            loss = F.cross_entropy(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+    finally:
+        for handle in handles:
+            handle.remove()
+    ratio = {k: (seen["hook"] / seen[k]).unique().tolist() if k in seen else None for k in ("pre", "post")}
+    return ratio["pre"], ratio["post"], "pre" in seen, not torch.equal(before, bias)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_step_hooks_under_a_grad_scaler(name, dtype):
+    pre, post, ran, changed = _step(OPTIMIZERS[name], dtype, 2.0 ** 16)
+    if name.endswith("fused"):   # the pre-hook sees the scaled gradient, the post-hook the unscaled one
+        assert (pre, post, changed) == ([1.0], [65536.0], True)
+    else:                        # the scaler unscaled .grad before step(): both see the true gradient
+        assert (pre, post, changed) == ([65536.0], [65536.0], True)
+    pre, post, ran, changed = _step(OPTIMIZERS[name], dtype, 2.0 ** 40)
+    if dtype == torch.bfloat16:   # float32's range: 2**40 overflows nothing, the step is taken
+        assert ran and changed
+        return
+    # a step the scaler skips: a fused optimizer's hooks run (and it leaves the weight), the others' do not
+    assert not changed
+    assert ran == name.endswith("fused") and (post is not None) == ran
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_a_forward_hook_sees_the_lowered_dtype_of_a_conv_and_the_given_one_of_a_layernorm(dtype):
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(2, 4, 3), nn.Flatten(), nn.LayerNorm(16))
+    seen = {}
+    handles = [m.register_forward_hook(lambda m, args, out: seen.update({type(m).__name__: (
+        args[0].dtype, out.dtype)})) for m in model]
+    try:
+        with torch.autocast("cpu", dtype=dtype):
+            out = model(torch.randn(3, 2, 4, 4))
+        out.float().sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert seen["Conv2d"] == (torch.float32, dtype)
+    assert seen["LayerNorm"] == (dtype, dtype)
+    assert model[0].weight.grad.dtype == torch.float32   # the parameter and its gradient stay float32
