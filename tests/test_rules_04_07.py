@@ -335,3 +335,35 @@ def test_07_grad_cam_equals_cam_on_another_gap_linear_network_in_float64():
     h, w = activation.shape[-2:]
     cam = F.relu(torch.einsum("nk,nkhw->nhw", head.weight[target], activation)) / (h * w)
     assert torch.allclose(grad_cam, cam, atol=1e-12)
+
+
+def test_04_the_scale_grad_toggle_works_on_a_cnn_with_inplace_relus():
+    """Lesson 04 'Try it live': a tensor hook, so unlike a full backward hook it works there."""
+    from hooktutor.data import shapes
+    from hooktutor.widgets import hook_toggle
+
+    x, y = shapes(8, seed=0)
+    toggle = hook_toggle(SmallCNN(inplace=True, seed=0), x, "features.4", mode="scale_grad",
+                         view="gradients", targets=y, name="test-rules-04-toggle")
+    try:
+        before = dict(toggle.snapshot.grad_norms)
+        toggle.value = True
+        after = dict(toggle.snapshot.grad_norms)
+    finally:
+        toggle.close()
+    assert after["features.0"] == pytest.approx(2 * before["features.0"], rel=1e-6)
+    assert after["classifier"] == before["classifier"]
+
+
+@pytest.mark.parametrize("use_reentrant, stage", [(False, "forward"), (True, "backward")])
+def test_04_the_inplace_error_of_a_full_hook_under_checkpointing(use_reentrant, stage):
+    """Lesson 04 sections 9 and 10: the error comes where the block's graph is recorded."""
+    with seeded(0):
+        block = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(inplace=True))
+    where = "forward"
+    with block[0].register_full_backward_hook(lambda m, gi, go: None), \
+            pytest.raises(RuntimeError, match="is a view and is being modified inplace"):
+        h = checkpoint(block, _images(2).requires_grad_(), use_reentrant=use_reentrant)
+        where = "backward"
+        F.mse_loss(h, torch.zeros_like(h)).backward()
+    assert where == stage
