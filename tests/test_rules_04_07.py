@@ -238,6 +238,20 @@ def test_05_writing_a_value_that_requires_grad_into_a_wrapped_input_raises_on_a_
         module(_images(1).requires_grad_(), _images(1, 1))
 
 
+def test_05_a_write_that_leaves_a_wrapped_input_without_grad_is_allowed():
+    """Lesson 05 idea 4: refused when the view requires grad, 'or would after the write'."""
+    class ScalesB(nn.Module):
+        def forward(self, a, b):
+            b.mul_(2)                     # b needs no grad, and still needs none after the write
+            return a * b
+
+    module, a, b = ScalesB(), torch.ones(2, requires_grad=True), torch.ones(2)
+    with module.register_full_backward_hook(lambda m, gi, go: None):
+        module(a, b).sum().backward()
+    assert a.grad.tolist() == [2.0, 2.0]
+    assert b.tolist() == [2.0, 2.0]       # the wrapper's view shares the caller's b: it changed too
+
+
 def test_05_a_pre_hook_sees_the_raw_input_of_an_inplace_leaky_relu_only_through_a_copy():
     seen = {}
 
