@@ -13,7 +13,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - a boundary: counts a norm equal to the threshold as below it (``<=``);
 - order, twice: returns the largest norm below the threshold instead of the first (gradients that
   grow again towards the input); keeps one value per name in a dict, so a Linear called twice is
-  judged by its last firing only (hidden);
+  judged by its last firing only (hidden), or by its first firing (``dict.setdefault``, the
+  natural "fix" of section 6's dict, hidden: ``_NearCallLarge``), or by its smallest norm
+  (hidden: ``_Sandwich``, another Linear between the two calls);
 - left_as_found: zeroes the model's gradients before or after the task's backward; makes the
   caller's ``x`` require grad;
 - a subclass of ``nn.Linear`` skipped (``type(m) is nn.Linear``);
@@ -103,7 +105,8 @@ exercise = Exercise(
     towards the input, so the recorded order is already the right one); walking
     `reversed(named_modules())`, which is the order the layers were defined in, not the order they
     run; returning the largest norm below the threshold instead of the first; one value per name (a
-    dict), which judges a Linear called twice by its last firing only; counting a norm equal to the
+    dict), which judges a Linear called twice by one of its firings only (the last, the first with
+    `setdefault`, or the smallest); counting a norm equal to the
     threshold as below it; testing `type(m) is nn.Linear`, which misses subclasses; zeroing the
     model's gradients, or making `x` require grad; leaving hooks attached, or removing them outside a
     `finally:`.""",
@@ -263,6 +266,65 @@ def _(answer, t: Tester) -> None:
         "is already below the threshold: walk the firings, one per call, not one value per name"))
 
 
+class _NearCallLarge(nn.Module):
+    """``out(block(block(x)))``, ``block`` = 0.2 * identity, ``out`` = ones: the output gradients'
+    norms are, from the output: out 2, block (second call) 4, block (first call) 0.8. The call
+    nearer the output is above the threshold 1, the other below: only one value per call finds it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block, self.out = nn.Linear(4, 4), nn.Linear(4, 1)
+        with torch.no_grad():
+            self.block.weight.copy_(0.2 * torch.eye(4))
+            self.out.weight.fill_(1.0)
+            self.block.bias.zero_()
+            self.out.bias.zero_()
+
+    def forward(self, x):
+        return self.out(self.block(self.block(x)))
+
+
+@exercise.case("a Linear called twice whose call nearer the output is above the threshold",
+               hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_NearCallLarge(), "the model that calls block twice")
+    with _quiet():
+        got = answer(model, kit.randn(4, 4, seed=14), 1.0)
+    t.expect(got == "block", what="first_vanishing_layer(model, x, 1.0)", expected="block", got=got, nudge=(
+        "block runs twice: its first firing (its second call, nearer the output) has norm 4, its second "
+        "firing (its first call) 0.8, below the threshold; keeping only the first firing per name misses "
+        "it: walk the firings, one per call, not one value per name"))
+
+
+class _Sandwich(nn.Module):
+    """``out(a(b(a(x))))``, ``a`` = 0.3 * identity, ``b`` = 0.5 * identity, ``out`` = ones: the output
+    gradients' norms are, from the output: out 2, a (second call) 4, b 1.2, a (first call) 0.6."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.out = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1)
+        with torch.no_grad():
+            self.a.weight.copy_(0.3 * torch.eye(4))
+            self.b.weight.copy_(0.5 * torch.eye(4))
+            self.out.weight.fill_(1.0)
+            for layer in (self.a, self.b, self.out):
+                layer.bias.zero_()
+
+    def forward(self, x):
+        return self.out(self.a(self.b(self.a(x))))
+
+
+@exercise.case("a Linear called twice with another Linear between its two calls", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_Sandwich(), "the model that calls a, b, a")
+    with _quiet():
+        got = answer(model, kit.randn(4, 4, seed=15), 1.5)
+    t.expect(got == "b", what="first_vanishing_layer(model, x, 1.5)", expected="b", got=got, nudge=(
+        "from the output the firings are out 2, a 4, b 1.2, a 0.6: b is the first below 1.5; a's "
+        "smallest norm belongs to its call nearer the input, after b: walk the firings, one per call, "
+        "not one value per name"))
+
+
 def _vanishing(*, read="output", walk="modules", order="fired", compare="<", register="full",
                remove="finally", result="name", select="isinstance", pick="first", prepare=None):
     """One factory for the near-copy wrong answers: which gradient is measured ("output", "input"),
@@ -272,8 +334,9 @@ def _vanishing(*, read="output", walk="modules", order="fired", compare="<", reg
     "legacy"), how the hooks are removed ("finally", "after", "never"), what is returned
     ("name", "pair": (name, norm)), how a Linear is recognised ("isinstance", "type": type(m) is
     nn.Linear), which name below the threshold is picked ("first", "largest": the largest norm
-    below it; "dict": the first of a dict name -> last norm) and what is done to the model or x
-    first ("zero_grad", "requires_grad")."""
+    below it; "dict": the first of a dict name -> last norm; "first_per_name": name -> the norm
+    of its first firing, as dict.setdefault keeps it; "min_per_name": name -> its smallest norm)
+    and what is done to the model or x first ("zero_grad", "requires_grad")."""
     def answer(model, x, threshold):
         fired, handles = [], []
         if prepare == "zero_grad":
@@ -305,6 +368,11 @@ def _vanishing(*, read="output", walk="modules", order="fired", compare="<", reg
             fired = [(n, norms[n]) for n in (names if order == "defined" else reversed(names))]
         if pick == "dict":
             fired = list(dict(fired).items())
+        elif pick in ("first_per_name", "min_per_name"):
+            kept: dict = {}
+            for n, v in fired:
+                kept[n] = kept.get(n, v) if pick == "first_per_name" else min(v, kept.get(n, v))
+            fired = list(kept.items())
         below = [(n, v) for n, v in fired if (v < threshold if compare == "<" else v <= threshold)]
         if not below:
             return None
@@ -336,6 +404,11 @@ exercise.wrong("returns the largest norm below the threshold", mentions="first L
     _vanishing(pick="largest"))
 exercise.wrong("keeps one norm per name in a dict: a Linear called twice is judged by its last firing",
                mentions="one per call", hidden=True)(_vanishing(pick="dict"))
+exercise.wrong("keeps the first firing per name (dict.setdefault): a Linear called twice is judged by "
+               "its call nearest the output", mentions="one per call", hidden=True)(
+    _vanishing(pick="first_per_name"))
+exercise.wrong("keeps the smallest norm per name: a Linear called twice is judged by its smallest call",
+               mentions="one per call", hidden=True)(_vanishing(pick="min_per_name"))
 exercise.wrong("walks reversed(named_modules()) instead of the order the hooks fire",
                mentions="order your hooks fire", hidden=True)(_vanishing(order="reversed"))
 exercise.wrong("removes the hooks after backward, not in a finally:", mentions="still attached", hidden=True)(
