@@ -214,7 +214,6 @@ def _encoder_fastpath_off_with_hooks() -> bool:
 
 def _compiler_is_compiling() -> bool:
     import torch
-
     import torch._dynamo
 
     is_compiling = getattr(torch.compiler, "is_compiling", None)

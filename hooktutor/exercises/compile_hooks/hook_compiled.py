@@ -172,7 +172,8 @@ def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, sec
                          "call compile again instead, so that it traces the hook in"))
             # the compiled model runs the same operations as the plain one: equal up to float rounding (1e-6);
             # a skipped or misplaced hook changes the output by 1e-2 and more
-            t.expect_close(got, zeroed, what=f"compiled(x) with your hook zeroing the output of layer {name!r}", atol=1e-6, rtol=1e-5,
+            t.expect_close(got, zeroed, what=f"compiled(x) with your hook zeroing the output of layer {name!r}",
+                           atol=1e-6, rtol=1e-5,
                            nudge="the compiled model must run the hook on the layer and use what it returns",
                            wrong={"skipped": (plain, _SKIPPED), "wrapper": (torch.zeros_like(plain), (
                                "the whole model's output was zeroed: register the hook on the layer itself, "
