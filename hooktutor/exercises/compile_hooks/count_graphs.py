@@ -113,9 +113,9 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
     backend sees on the installed torch (computed now, by the check's own counter), and with the
     hook the model must have been called ``calls`` times. ``cached``: the check compiles and calls
     the model itself before the answer runs (``calls`` times: its counter is the truth), with
-    Dynamo's limit of compiled versions per function set to 1: an answer that does not reset first finds that slot taken (its own
-    torch.compile would compile again, but the limit is hit: the call runs uncompiled) and counts
-    too few graphs."""
+    Dynamo's limit of compiled versions per function set to 1: an answer that does not reset
+    first finds that slot taken (its own torch.compile would compile again, but the limit is hit:
+    the call runs uncompiled) and counts too few graphs."""
     with compiling():
         fired: list = []
         model = build()
