@@ -496,9 +496,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         since="2.2.0",
         evidence="observed on the 2.13.0 wheel (no graph for an nn.Sequential, a graph for a forward of one's "
                  "own); torch/_dynamo/eval_frame.py of 2.13.0 leaves `_call_impl` out of `wrap_inline`, the "
-                 "reason; the 2.1.2 wheel has no nn.Module.compile. Releases 2.2 to 2.12 and 2.15 were not run "
-                 "here: 2.2.0, the first release with the method, is where the registry starts it, and "
-                 "python3 course.py compat tests that on every release it runs",
+                 "reason. Not established here: the release that added nn.Module.compile (taken to be 2.2.0) "
+                 "and the behaviour on 2.2 to 2.12 and 2.15, which no compat run has probed yet: python3 "
+                 "course.py compat tests the claim on every release it runs",
         probe=_module_compile_skips_torch_nn_forward,
     ),
     Claim(
