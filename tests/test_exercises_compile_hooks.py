@@ -83,3 +83,37 @@ def test_the_hook_compiled_report_names_the_layer_and_keeps_the_fix_for_the_hint
         return
     assert "layer '0'" in text and "reset" not in text.split("why:")[1].split("next:")[0], text
     assert any("reset" in hint for hint in compile_hooks.hook_compiled.hints)
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="no nn.Module.compile on this torch")
+def test_model_compile_compiles_nothing_for_torch_nn_forwards_and_compiles_a_forward_of_ones_own():
+    """Lesson 11 (review r11 T1): `model.compile()` on a module whose forward is torch.nn's hands the
+    backend no graph, on other set-ups than the lesson's MLP too (a bare Linear, a Sequential
+    nested in a Sequential); a forward of one's own that calls such a Sequential is compiled."""
+    import torch._dynamo
+    from torch import nn
+
+    from hooktutor.course import claims
+
+    class Own(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+
+        def forward(self, x):
+            return self.body(x) * 2
+
+    def graphs(model):
+        seen = []
+        torch._dynamo.reset()
+        try:
+            model.compile(backend=lambda gm, example_inputs: seen.append(gm) or gm.forward)
+            model(torch.ones(1, 2))
+        finally:
+            torch._dynamo.reset()
+        return len(seen)
+
+    assert claims.expected("module-compile-skips-torch-nn-forward")   # a torch with the method: since 2.2
+    assert graphs(nn.Linear(2, 2)) == 0
+    assert graphs(nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.Tanh())) == 0
+    assert graphs(Own()) == 1

@@ -115,8 +115,8 @@ def _expect_graph_alone(t: Tester, gm: torch.fx.GraphModule) -> None:
     ok = isinstance(result, (tuple, list)) and len(result) == 2 and isinstance(result[1], dict)
     t.expect(ok, what="what gm.graph's output node returns", expected="(output, {name: node})",
              got="something else" if output is not None else "no output node", nudge=(
-                 "the graph itself must return the intermediates: set the output node's args to "
-                 "((output.args[0], kept),), then gm.recompile()"))
+                 "the graph itself must return the intermediates: its output node returns them, next to "
+                 "the model's output"))
 
 
 def _run(answer, t: Tester, model: nn.Module, x: torch.Tensor, names: list[str], *, inplace: str = "") -> None:
@@ -148,8 +148,8 @@ def _run(answer, t: Tester, model: nn.Module, x: torch.Tensor, names: list[str],
     t.expect_type(got, tuple, what="gm(x)", nudge=("gm(x) returns a tuple (output, {name: intermediate}): change "
                                                    "the output node, then gm.recompile() to regenerate the code"))
     t.expect(len(got) == 2 and isinstance(got[1], dict), what="gm(x)", expected="(output, dict)",
-             got=f"a tuple of {len(got)}", nudge=("set the output node's args to ((output.args[0], kept),) and call "
-                                                  "gm.recompile()"))
+             got=f"a tuple of {len(got)}", nudge=("make the graph's output node return the pair (the model's "
+                                                  "output, the dict of copies), then regenerate the code"))
     # the same operations as the model itself: equal up to float rounding (1e-6)
     t.expect_close(got[0], want_out, what="gm(x)[0]", atol=1e-6, rtol=1e-5, nudge="the model's output comes first")
     t.expect(sorted(got[1]) == sorted(names), what="the names in gm(x)[1]", expected=sorted(names),
