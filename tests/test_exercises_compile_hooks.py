@@ -117,3 +117,52 @@ def test_model_compile_compiles_nothing_for_torch_nn_forwards_and_compiles_a_for
     assert graphs(nn.Linear(2, 2)) == 0
     assert graphs(nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.Tanh())) == 0
     assert graphs(Own()) == 1
+
+
+def test_a_tensor_hook_traced_into_the_graph_changes_the_aot_compiled_backward_too(in_a_process_of_its_own):
+    """Lesson 11, section 2, runs its backward hooks with a backend that hands back the graph (eager
+    autograd behind it) to keep Run All quick; with aot_eager, whose backward AOTAutograd compiles
+    ahead of time as the default backend's is, the tensor hook that a forward hook registers on fc2's
+    output halves x.grad exactly as in eager, and a full backward hook on fc2 fires once."""
+    in_a_process_of_its_own(_AOT_EAGER_BACKWARD)
+
+
+_AOT_EAGER_BACKWARD = """
+import torch
+import torch._dynamo
+from torch import nn
+from hooktutor.models import MLP
+
+
+class Written(nn.Module):
+    def __init__(self, mlp):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, inp):
+        m = self.mlp
+        return m.head(m.act2(m.fc2(m.act1(m.fc1(inp)))))
+
+
+def grad(kind, backend):
+    torch._dynamo.reset()
+    mlp, calls, inp = MLP(seed=0), [], torch.ones(2, 8, requires_grad=True)
+    handle = (mlp.fc2.register_full_backward_hook(lambda m, gi, go: calls.append(1)) if kind == "full"
+              else mlp.fc2.register_forward_hook(lambda m, a, o: o.register_hook(lambda g: g * 0.5) and None))
+    run = Written(mlp) if backend is None else torch.compile(Written(mlp), backend=backend)
+    with handle:
+        run(inp).sum().backward()
+    torch._dynamo.reset()
+    return inp.grad, calls
+
+
+for kind in ("tensor", "full"):
+    eager, eager_calls = grad(kind, None)
+    aot, aot_calls = grad(kind, "aot_eager")
+    # the same operations: float32 rounding (1e-6); the hook halves the gradient (1e-2 and more)
+    assert torch.allclose(aot, eager, atol=1e-6), kind
+    assert aot_calls == eager_calls == ([1] if kind == "full" else [])
+unhooked = torch.ones(2, 8, requires_grad=True)
+Written(MLP(seed=0))(unhooked).sum().backward()
+assert torch.allclose(grad("tensor", "aot_eager")[0] * 2, unhooked.grad, atol=1e-6)
+"""
