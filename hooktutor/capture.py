@@ -26,6 +26,7 @@ the layer outputs themselves (each new token's call is recorded as a call of its
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -42,9 +43,12 @@ class RecordNotFound(LookupError):
 
 class CompiledModelWarning(UserWarning):
     """``capture`` on a model that ``torch.compile`` wrapped (or one that contains such a wrapper):
-    a layer inside the wrapper recorded nothing at all in the block, while the wrapper was called.
-    A layer that recorded in some calls and not in others (a recompile in the block traced the
-    hooks in) is not reported: compare its records with the calls you made."""
+    a layer inside the wrapper recorded nothing at all in the block, while the wrapper was called
+    and ran code that Dynamo had compiled before the block (no frame was traced in the block), so
+    the code may have been compiled without the capture's hooks. When Dynamo traced in the block,
+    its hooks were traced in: a layer that recorded nothing then was not called (a branch the
+    forward did not take), as in eager, and nothing is said. A layer that recorded in some calls
+    and not in others is not reported either: compare its records with the calls you made."""
 
 
 class capture:  # noqa: N801 - used like a function: ``with capture(model) as rec``
@@ -84,6 +88,7 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         self.recording = Recording(self._layers, inputs=bool(inputs), grads=bool(grads), prefix=prefix)
         self._handles: list[Any] = []
         self._compiled = _compiled_wrappers(model)
+        self._traced_before = 0
 
     def __enter__(self) -> Recording:
         rec = self.recording
@@ -95,6 +100,7 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
         copy, to = _copier(self._to), self._to
         add_handle = self._handles.append
         outputs, grads = rec.outputs._store, rec.grads._store
+        self._traced_before = _frames_traced() if self._compiled else 0
         try:
             for wrapper in self._compiled:   # counts the calls of each compiled wrapper in the block
                 add_handle(wrapper.module.register_forward_pre_hook(wrapper.called))
@@ -136,17 +142,18 @@ class capture:  # noqa: N801 - used like a function: ``with capture(model) as re
             mine = [name for name, module in self._layers if id(module) in wrapper.inner]
             inside += len(mine)
             silent += [name for name in mine if not store.get(name) and name not in silent]
-        if not silent:
-            return
+        if not silent or _frames_traced() != self._traced_before:
+            return   # (Dynamo traced in the block, with the hooks in place: those layers were not called)
         import warnings
 
         where = ", ".join(repr(w.name) if w.name else "the model" for w in ran)
         shown = ", ".join(silent[:4]) + (", ..." if len(silent) > 4 else "")
         warnings.warn(
             f"capture() recorded {inside - len(silent)} of the {inside} layers of this compiled model "
-            f"(torch.compile wrapper: {where}; nothing from {shown}): a hook added to a layer that had "
-            "none when the model last compiled does not run inside that compiled code. Capture on the "
-            "original module before compiling (or call torch._dynamo.reset() and let the next call "
+            f"(torch.compile wrapper: {where}; nothing from {shown}), and the block ran only code compiled "
+            "before it: a hook added to a layer that had none when the model last compiled does not run "
+            "inside that compiled code (unless the forward simply did not call the layer). Capture on the "
+            "original module before compiling (or call torch.compiler.reset() and let the next call "
             "compile again with the hooks in place); lesson 11 shows why.", CompiledModelWarning, stacklevel=3)
 
 
@@ -164,6 +171,13 @@ class _CompiledWrapper:
 
     def called(self, module: nn.Module, args: Any) -> None:
         self.calls += 1
+
+
+def _frames_traced() -> int:
+    """How many frames Dynamo has been asked to trace in this process so far (it counts each
+    call that found no compiled code whose guards hold); 0 when Dynamo was never imported."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    return int(utils.counters["frames"]["total"]) if utils is not None else 0
 
 
 def _compiled_wrappers(model: nn.Module) -> list[_CompiledWrapper]:

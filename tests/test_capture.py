@@ -493,3 +493,50 @@ def test_capture_warns_once_about_a_compiled_block_inside_the_model(in_a_process
     wrapper and the layers that recorded nothing, once per capture; no warning when the compiled
     block did not run in the block. In a process of its own: it compiles."""
     in_a_process_of_its_own(_CONTAINED_COMPILED_CAPTURE)
+
+
+_UNCALLED_BRANCH_CAPTURE = """
+import warnings
+import torch
+from torch import nn
+import hooktutor as ht
+from hooktutor.capture import CompiledModelWarning
+
+
+class Branchy(nn.Module):            # `aux` is a layer the forward does not call
+    def __init__(self):
+        super().__init__()
+        self.fc, self.aux = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+torch.manual_seed(0)
+model, x = Branchy(), torch.zeros(2, 4)
+with ht.capture(model) as eager:
+    model(x)
+assert eager.names == ["fc"]          # eager: nothing from aux, and no word about it
+compiled = torch.compile(model, backend="eager")
+with warnings.catch_warnings():
+    warnings.simplefilter("error", CompiledModelWarning)
+    with ht.capture(compiled) as rec:  # compiled in the block, hooks in place: aux simply not called
+        compiled(x)
+assert rec.names == ["_orig_mod.fc"], rec.names
+compiled(x)                            # compiled code without hooks, then a capture on it
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with ht.capture(compiled) as rec:
+        compiled(x)
+said = [str(w.message) for w in caught if issubclass(w.category, CompiledModelWarning)]
+assert bool(said) == (rec.names == []), (said, rec.names)
+if said:
+    assert "only code compiled before it" in said[0] and "did not call the layer" in said[0], said
+"""
+
+
+def test_capture_does_not_blame_the_compiler_for_a_layer_the_forward_does_not_call(in_a_process_of_its_own):
+    """Review r11 W1: a layer that a compiled forward does not call records nothing, as in eager;
+    when the model compiled inside the block (its hooks traced in), capture() says nothing, and
+    its warning names that other cause when it does speak. In a process of its own: it compiles."""
+    in_a_process_of_its_own(_UNCALLED_BRANCH_CAPTURE)

@@ -214,11 +214,22 @@ def _encoder_fastpath_off_with_hooks() -> bool:
 
 def _compiler_is_compiling() -> bool:
     import torch
+    import torch._dynamo
 
     is_compiling = getattr(torch.compiler, "is_compiling", None)
     if is_compiling is None:
         return False
-    return is_compiling() is False   # outside a trace
+
+    def branch(x):   # which branch runs tells whether is_compiling() was True: traced, or eager
+        return x + 1 if is_compiling() else x - 1
+
+    x = torch.zeros(1)
+    torch._dynamo.reset()
+    try:
+        traced = torch.compile(branch, backend="eager")(x)
+    finally:
+        torch._dynamo.reset()
+    return bool(traced.item() == 1 and branch(x).item() == -1)   # True while tracing, False in eager
 
 
 def _export_non_strict() -> bool:
@@ -226,8 +237,17 @@ def _export_non_strict() -> bool:
 
     import torch
     import torch.export
+    from torch import nn
 
-    return "strict" in inspect.signature(torch.export.export).parameters
+    if "strict" not in inspect.signature(torch.export.export).parameters:
+        return False
+    layer, x, ran = nn.Linear(2, 2), torch.ones(1, 2), []
+    with layer.register_forward_hook(lambda m, a, o: ran.append(1) or o + 1):   # runs in the trace
+        program = torch.export.export(layer, (x,), strict=False)
+        hooked = layer(x)
+    # the hook ran once in the export's trace (and once in the eager call), and the program computes
+    # the hooked output: the same operations, float32 rounding only (1e-6), the hook adds 1
+    return ran == [1, 1] and torch.allclose(program.module()(x), hooked, atol=1e-6)
 
 
 def _mha_fastpath_switch() -> bool:
@@ -300,6 +320,24 @@ def _compile_traces_torch_nn_root_hooks() -> bool:
     finally:
         torch._dynamo.reset()
     return not ran
+
+
+def _module_compile_skips_torch_nn_forward() -> bool:
+    import torch
+    import torch._dynamo
+    from torch import nn
+
+    if not hasattr(nn.Module, "compile"):
+        return False
+    graphs = []
+    model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    torch._dynamo.reset()
+    try:
+        model.compile(backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+        model(torch.ones(1, 2))
+    finally:
+        torch._dynamo.reset()
+    return not graphs   # nn.Sequential.compile() handed the backend no graph: the call ran eagerly
 
 
 def _compile_guards_every_hook_kind() -> bool:
@@ -443,6 +481,25 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "2.15.0 wheels trace the hook. Releases 2.2 to 2.12 were not run here: the release is taken "
                  "from the pull request's date",
         probe=_compile_traces_tensor_hook,
+    ),
+    Claim(
+        id="module-compile-skips-torch-nn-forward",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 1 (`model.compile()` next to `torch.compile(model)`: the graphs each makes for an "
+              "`nn.Sequential` and for a module of your own) and the recap",
+        before="`nn.Module` has no `compile` method (torch.compile(model) is the only way)",
+        after="`model.compile()` exists (it sets `model._compiled_call_impl = torch.compile(model._call_impl)`), "
+              "and for a module whose forward is torch.nn's (`nn.Sequential`, `nn.Linear`) it compiles nothing: "
+              "the torch.nn frames it reaches are skipped, so the model runs eagerly, every hook included; a "
+              "module of your own class is compiled as with torch.compile(model)",
+        since="2.2.0",
+        evidence="observed on the 2.13.0 wheel (no graph for an nn.Sequential, a graph for a forward of one's "
+                 "own); torch/_dynamo/eval_frame.py of 2.13.0 leaves `_call_impl` out of `wrap_inline`, the "
+                 "reason. Not established here: the release that added nn.Module.compile (taken to be 2.2.0) "
+                 "and the behaviour on 2.2 to 2.12 and 2.15, which no compat run has probed yet: python3 "
+                 "course.py compat tests the claim on every release it runs",
+        probe=_module_compile_skips_torch_nn_forward,
     ),
     Claim(
         id="compile-guards-every-hook-kind",

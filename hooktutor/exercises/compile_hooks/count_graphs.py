@@ -13,6 +13,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   the answer's call runs uncompiled and its backend sees nothing;
 - calls=0: calls the model once "to compile it", then ``calls - 1`` more times;
 - twice: a graph break in the forward gives two graphs per compile, not one;
+- left_as_found: ``model.compile(backend=...)`` compiles the caller's model in place, for good; on
+  torch 2.13 it also traces nothing of an ``nn.Sequential`` (whose forward is torch.nn's), so
+  its count is wrong too;
 - the hook the caller attached (a list append) makes every call compile again: the answer
   must call the model as often as asked, not stop after the first call or two (a case calls it
   three times and counts the calls).
@@ -59,8 +62,10 @@ exercise = Exercise(
     hints=[
         "A backend receives each graph Dynamo captured, as a torch.fx.GraphModule: append it to a list and return "
         "gm.forward.",
-        "A graph break gives two graphs in one compile; a guard that fails gives a recompile on a later call: call "
-        "the compiled model `calls` times and count everything the backend received.",
+        "One compile can hand the backend more than one graph (a forward written out line by line, with a graph "
+        "break in it: one graph before the break, one after), or none (in an nn.Sequential the layers after a "
+        "break run uncompiled); a guard that fails gives a recompile on a later call: call the compiled model "
+        "`calls` times and count everything the backend received.",
         "Call torch._dynamo.reset() first, so that the count starts from nothing compiled; then "
         "torch.compile(model, backend=your_backend) and the calls.",
     ],
@@ -107,27 +112,31 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
     when ``hook``); the count must be what a counting
     backend sees on the installed torch (computed now, by the check's own counter), and with the
     hook the model must have been called ``calls`` times. ``cached``: the check compiles and calls
-    the model once itself before the answer runs, with Dynamo's limit of compiled versions per
-    function set to 1: an answer that does not reset first finds that slot taken (its own
-    torch.compile would compile again, but the limit is hit: the call runs uncompiled) and counts
-    too few graphs."""
+    the model itself before the answer runs (``calls`` times: its counter is the truth), with
+    Dynamo's limit of compiled versions per function set to 1: an answer that does not reset
+    first finds that slot taken (its own torch.compile would compile again, but the limit is hit:
+    the call runs uncompiled) and counts too few graphs."""
     with compiling():
         fired: list = []
         model = build()
         first = next(m for m in model.modules() if isinstance(m, nn.Linear))
         handle = first.register_forward_hook(lambda m, a, o: fired.append(1)) if hook else None
         try:
-            want = _truth(model, x, calls)
-            if hook:
-                t.expect(fired == [1] * calls, what="(the check's own run)", expected=calls, got=len(fired),
-                         nudge="")
             limit = recompile_limit(1) if cached else contextlib.nullcontext()
             with limit:
-                if cached:
+                if cached:   # the check's own compile and calls, which the answer finds in place: its truth too
                     torch._dynamo.reset()
-                    earlier = torch.compile(model, backend=GraphCounter())
+                    counter = GraphCounter()
+                    earlier = torch.compile(model, backend=counter)
                     with torch.no_grad():
-                        earlier(x)
+                        for _ in range(calls):
+                            earlier(x)
+                    want = counter.graphs
+                else:
+                    want = _truth(model, x, calls)
+                if hook:
+                    t.expect(fired == [1] * calls, what="(the check's own run)", expected=calls, got=len(fired),
+                             nudge="")
                 fired.clear()
                 with torch.no_grad():
                     got = answer(model, x, calls)
@@ -138,9 +147,15 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
             if hook:
                 t.expect(len(fired) == calls, what="calls of the model", expected=calls, got=len(fired),
                          nudge="call the compiled model `calls` times")
+            t.expect(not getattr(model, "_compiled_call_impl", None), what="the model after your answer",
+                     expected="as it was", got="compiled in place (model.compile())", nudge=(
+                         "model.compile() compiles the caller's model in place, for good, and on a module whose "
+                         "forward is torch.nn's (an nn.Sequential) it may trace nothing at all: compile a wrapper "
+                         "with torch.compile(model, backend=...)"))
             t.expect(got == want, what=what, expected=want, got=got, nudge=(
-                "count every graph your backend receives, over all the calls (after torch._dynamo.reset()): a "
-                "hook that appends to a list compiles again on every call, and a graph break makes two graphs"))
+                "count every graph your backend receives, over all the calls, starting from nothing compiled: "
+                "a hook that appends to a list can make a call compile again, and a graph break can give a "
+                "compile more than one graph"))
         finally:
             if handle is not None:
                 handle.remove()
@@ -183,7 +198,7 @@ def _calls(model, x, calls):
     return _counting(model, x, calls, per_call=True)
 
 
-@exercise.wrong("counts the graphs of one call with torch._dynamo.explain", mentions="compiles again on every call")
+@exercise.wrong("counts the graphs of one call with torch._dynamo.explain", mentions="can make a call compile again")
 def _explain(model, x, calls):
     torch._dynamo.reset()
     count = torch._dynamo.explain(model)(x).graph_count
@@ -221,6 +236,19 @@ def _at_most_twice(model, x, calls):
     return _counting(model, x, min(calls, 2))
 
 
-@exercise.wrong("does not reset first", mentions="torch._dynamo.reset()", hidden=True)
+@exercise.wrong("does not reset first", mentions="starting from nothing compiled", hidden=True)
 def _no_reset(model, x, calls):
     return _counting(model, x, calls, reset=False)
+
+
+@exercise.wrong("compiles the model in place with model.compile()", mentions="model.compile()")
+def _module_compile(model, x, calls):
+    counter = GraphCounter()
+    torch._dynamo.reset()
+    if hasattr(model, "compile"):     # torch 2.2 and newer
+        model.compile(backend=counter)   # sets the caller's model's _compiled_call_impl, for good
+    else:                             # what it does, on torch 2.1
+        model._compiled_call_impl = torch.compile(model._call_impl, backend=counter)
+    for _ in range(calls):
+        model(x)
+    return counter.graphs

@@ -70,8 +70,8 @@ exercise = Exercise(
 
 
 _SKIPPED = ("the compiled model did not run your hook: its code was compiled while the layer had no hook, and it "
-            "does not check the hooks of such a layer. Call torch._dynamo.reset() after registering, so that the "
-            "next call compiles again, hook included")
+            "does not check the hooks of such a layer. The hook is registered; what is missing is a next call "
+            "that compiles again and so traces it in")
 
 
 def _with_hooks(model: nn.Module, x: torch.Tensor, hooks: dict) -> torch.Tensor:
@@ -106,8 +106,8 @@ def _expect_as_found(t: Tester, before: dict, after: dict) -> None:
         first = changed[0]
         t.expect(False, what=f"{first} after your answer", expected=before[first], got=after.get(first), nudge=(
             "leave the model as it was: changing it (requires_grad, train/eval, a replaced forward, the "
-            "weights) may make the next call compile again, but it changes the caller's model for good; "
-            "torch._dynamo.reset() makes the next call compile again without changing anything"))
+            "weights) may make the next call compile again, but it changes the caller's model for good: "
+            "make the compiled model forget its code instead, which changes nothing in the model"))
 
 
 def _expect_forward_hook(t: Tester, layer: nn.Module, handle: object) -> None:
@@ -168,11 +168,12 @@ def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, sec
             got = compiled(x)
             t.expect(len(runs) > before, what="compiled code run by compiled(x) after your answer",
                      expected="at least one graph", got="none: the model ran uncompiled", nudge=(
-                         "keep `compiled` compiled: do not replace its forward or unwrap it; "
-                         "torch._dynamo.reset() makes its next call compile again, with the hook"))
+                         "keep `compiled` compiled: do not replace its forward or unwrap it; make its next "
+                         "call compile again instead, so that it traces the hook in"))
             # the compiled model runs the same operations as the plain one: equal up to float rounding (1e-6);
             # a skipped or misplaced hook changes the output by 1e-2 and more
-            t.expect_close(got, zeroed, what=f"compiled(x) with your hook zeroing {name}", atol=1e-6, rtol=1e-5,
+            t.expect_close(got, zeroed, what=f"compiled(x) with your hook zeroing the output of layer {name!r}",
+                           atol=1e-6, rtol=1e-5,
                            nudge="the compiled model must run the hook on the layer and use what it returns",
                            wrong={"skipped": (plain, _SKIPPED), "wrapper": (torch.zeros_like(plain), (
                                "the whole model's output was zeroed: register the hook on the layer itself, "
@@ -186,7 +187,7 @@ def _run(answer, t: Tester, model: nn.Module, name: str, x: torch.Tensor, *, sec
                 _expect_forward_hook(t, other, handles[-1])
                 _expect_as_found(t, state, _state(model))
                 t.expect_close(compiled(x), both, atol=1e-6,
-                               rtol=1e-5, what=f"compiled(x) with a second hook, on {second}", wrong={
+                               rtol=1e-5, what=f"compiled(x) with a second hook, on layer {second!r}", wrong={
                                    "skipped": (zeroed, _SKIPPED + ", for every hook you attach")},
                                nudge="each hook you attach must run in the compiled model")
             t.expect(all(hasattr(h, "remove") for h in handles), what="what hook_compiled returns",
@@ -229,7 +230,7 @@ def _(answer, t: Tester) -> None:
 
 
 # before torch 2.5 a hook added late fires (claims.py, compile-skips-late-hook): these three are wrong since then
-@exercise.wrong("registers the hook and nothing else", mentions="torch._dynamo.reset()",
+@exercise.wrong("registers the hook and nothing else", mentions="a next call that compiles again",
                 since="compile-skips-late-hook")
 def _register_only(compiled, layer, hook):
     return layer.register_forward_hook(hook)
@@ -241,7 +242,7 @@ def _on_wrapper(compiled, layer, hook):
     return compiled.register_forward_hook(hook)
 
 
-@exercise.wrong("compiles the model again instead of resetting", mentions="torch._dynamo.reset()",
+@exercise.wrong("compiles the model again instead of resetting", mentions="a next call that compiles again",
                 since="compile-skips-late-hook")
 def _compile_again(compiled, layer, hook):
     handle = layer.register_forward_hook(hook)

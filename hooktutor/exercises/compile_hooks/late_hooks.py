@@ -77,15 +77,16 @@ exercise = Prediction(
                       "replayed on every compiled call.",
         LATE_KEYS[1]: "the traced code read the list's length, so it is guarded on it: after each call the list is "
                       "longer, the guard fails, and the next call compiles again.",
-        LATE_KEYS[2]: "fc2 had no hook when the model was compiled, and the compiled code does not guard the empty "
-                      "hook dicts of submodules (since torch 2.5 it inlines built-in layers like fc2 too): "
-                      "the late hook is skipped.",
+        LATE_KEYS[2]: "fc2's call is inside the compiled graph (Dynamo inlines built-in layers like fc2), and the "
+                      "compiled code does not guard the empty hook dicts of the modules it traced: fc2 had no hook "
+                      "when the model was compiled, so the late hook is skipped (a module that ran outside any "
+                      "graph would run it).",
         LATE_KEYS[3]: "torch._dynamo.reset() forgets the compiled code; the next call traces the model again, with "
                       "fc2's hook in place.",
     },
     summary=("hooks present at compile time run on every call, and a hook with a side effect on a list can make "
-             "every call compile again; a hook added later to a layer that had none is skipped until the "
-             "model compiles again (here after torch._dynamo.reset())."),
+             "every call compile again; a hook added later to a layer inside the graph that had none is skipped "
+             "until the model compiles again (here after torch._dynamo.reset())."),
     guide=""""every call reuses one graph" (the fc1 hook's append is guarded: one compile per
     call); "a hook added later fires like in eager" (since torch 2.5 it is skipped on a layer
     that had no hook); "reset() removes the hooks" (it removes compiled code; the hooks stay
