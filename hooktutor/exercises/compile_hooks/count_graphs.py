@@ -224,3 +224,6 @@ def _at_most_twice(model, x, calls):
 @exercise.wrong("does not reset first", mentions="torch._dynamo.reset()", hidden=True)
 def _no_reset(model, x, calls):
     return _counting(model, x, calls, reset=False)
+
+
+exercise.not_varied["all"] = "every variant compiles afresh (seconds each); its cases vary the graphs themselves"
