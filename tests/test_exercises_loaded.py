@@ -12,7 +12,6 @@ import sys
 import warnings
 
 import pytest
-import torch
 
 from hooktutor.exercises import load_all
 
@@ -40,7 +39,7 @@ def test_the_reference_and_every_right_alternative_pass_on_a_loaded_machine(key,
             assert report.passed, f"{key}: {label}, on a loaded machine:\n{report!r}"
 
 
-JUNK = {"None": None, "a str": "fc1", "a tensor": torch.zeros(1), "an object": object()}
+JUNK = {"None": None, "an object": object()}
 
 
 @pytest.mark.parametrize("key", sorted(EXERCISES))

@@ -408,19 +408,46 @@ def _map_tensors(value: Any, fn: Callable, depth: int = 0) -> Any:
 
 
 def _sees_grad():
-    """A torch function mode that notes whether any operation met a tensor that requires grad."""
+    """A torch function mode that marks the tensors an operation made from a tensor that requires
+    grad (or from a marked one): what would have had a graph outside ``no_grad``."""
+    import torch
     from torch.overrides import TorchFunctionMode
     from torch.utils._pytree import tree_leaves
 
     class SeesGrad(TorchFunctionMode):
-        seen = False
+        def __init__(self) -> None:
+            super().__init__()
+            self.marked: set[int] = set()
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
-            if not self.seen:
-                self.seen = any(getattr(a, "requires_grad", False) for a in tree_leaves((args, kwargs)))
-            return func(*args, **kwargs)
+            out = func(*args, **kwargs)
+            if any(isinstance(a, torch.Tensor) and (a.requires_grad or id(a) in self.marked)
+                   for a in tree_leaves((args, kwargs))):
+                self.marked.update(id(t) for t in _leaves(out) if isinstance(t, torch.Tensor))
+            return out
     return SeesGrad()
+
+
+@contextlib.contextmanager
+def _backward_calls():
+    """Count the calls of torch.autograd.backward and torch.autograd.grad (Tensor.backward goes
+    through the first) made while the block runs."""
+    import torch
+    calls: list[int] = []
+    backward, grad = torch.autograd.backward, torch.autograd.grad
+
+    def counted(fn):
+        @functools.wraps(fn)
+        def run(*a, **k):
+            calls.append(1)
+            return fn(*a, **k)
+        return run
+    torch.autograd.backward, torch.autograd.grad = counted(backward), counted(grad)
+    try:
+        yield calls
+    finally:
+        torch.autograd.backward, torch.autograd.grad = backward, grad
 
 
 def _context(name: str, solution: Any, after: str, wrap: Callable[[Callable, tuple, dict, list], Any]) -> Mutant:
@@ -480,12 +507,16 @@ def context_mutants(solution: Any) -> list[Mutant]:
                         del getattr(m, d)[key]
 
     def grad_mode(manager):
+        # it applies where the grad mode matters to the solution: a backward runs in the call, or
+        # a tensor of its result would have had a graph (or, for inference_mode, is a tensor made
+        # in the call); registering hooks or returning detached copies under no_grad changes nothing
         def run(fn, args, kwargs, applied):
             sees = _sees_grad()
-            with manager(), sees:
+            with _backward_calls() as calls, manager(), sees:
                 result = fn(*args, **kwargs)
-            if sees.seen or (manager is torch.inference_mode and any(
-                    isinstance(t, torch.Tensor) for t in _leaves(result))):
+            tensors = [t for t in _leaves(result) if isinstance(t, torch.Tensor)]
+            if calls or any(id(t) in sees.marked for t in tensors) or (
+                    manager is torch.inference_mode and any(t.is_inference() for t in tensors)):
                 applied.append(True)
             return result
         return run
@@ -515,6 +546,9 @@ def context_mutants(solution: Any) -> list[Mutant]:
             return result
         return run
 
+    from hooktutor.exercises.core import _codes
+    own = _codes(solution)   # the solution's own calls of the model are the ones made .forward
+
     def forward_not_call(fn, args, kwargs, applied):
         roots = _roots((args, kwargs))
         swapped = []
@@ -522,6 +556,8 @@ def context_mutants(solution: Any) -> list[Mutant]:
             cls = root.__class__
 
             def call(self, *a, __cls=cls, **k):
+                if sys._getframe(1).f_code not in own:   # the caller's run(), a case: as it was
+                    return super(self.__class__, self).__call__(*a, **k)
                 applied.append(True)
                 return self.forward(*a, **k)
             try:

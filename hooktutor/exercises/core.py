@@ -405,7 +405,7 @@ def _timeout(description: str, limit: float, kind: str) -> CaseResult:
         why = (f"it waited {wall_backstop(limit):g} s without finishing (and without computing): look for "
                "something that waits forever, a lock, a queue, a process that never answers (the kernel is fine)")
     else:
-        why = (f"it was stopped after {limit:g} s of computing, twice (once more after a warm-up, in case a "
+        why = (f"it was stopped after {limit:.2g} s of computing, twice (once more after a warm-up, in case a "
                "first call was loading something); look for a loop that never ends (the kernel is fine)")
     return CaseResult(description, "timeout", {"why": why, "kind": kind})
 

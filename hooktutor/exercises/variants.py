@@ -118,33 +118,41 @@ def global_settings() -> dict[str, Any]:
 
 
 def restore_globals(before: dict[str, Any]) -> None:
-    """Put back the settings :func:`global_settings` read (inference mode cannot be left from
-    outside its ``with`` block: it is only reported)."""
+    """Put back the settings :func:`global_settings` read that differ now (inference mode cannot
+    be left from outside its ``with`` block: it is only reported)."""
     now = global_settings()
-    if now == before:
+    changed = {key for key, value in before.items() if key in now and now[key] != value}
+    if not changed:
         return
     get = before.get
-    with contextlib.suppress(Exception):
-        torch.set_grad_enabled(get("the grad mode (torch.is_grad_enabled())", True))
-    with contextlib.suppress(Exception):
-        torch.set_anomaly_enabled(get("anomaly mode (torch.is_anomaly_enabled())", False),
-                                  get("anomaly mode's NaN check", True))
-    with contextlib.suppress(Exception):
-        torch.set_default_dtype(get("the default dtype (torch.get_default_dtype())", torch.float32))
-    with contextlib.suppress(Exception):
-        torch.use_deterministic_algorithms(
-            get("deterministic algorithms (torch.are_deterministic_algorithms_enabled())", False),
-            warn_only=get("deterministic algorithms' warn_only", False))
-    with contextlib.suppress(Exception):
-        torch.set_autocast_enabled("cpu", get("autocast on the CPU (torch.is_autocast_enabled('cpu'))", False))
-        torch.set_autocast_dtype("cpu", get("autocast's CPU dtype", torch.bfloat16))
-    with contextlib.suppress(Exception):
-        torch.set_float32_matmul_precision(get("the float32 matmul precision", "highest"))
+    setters: list[tuple[tuple[str, ...], Callable[[], Any]]] = [
+        (("the grad mode (torch.is_grad_enabled())",),
+         lambda: torch.set_grad_enabled(get("the grad mode (torch.is_grad_enabled())"))),
+        (("anomaly mode (torch.is_anomaly_enabled())", "anomaly mode's NaN check"),
+         lambda: torch.set_anomaly_enabled(get("anomaly mode (torch.is_anomaly_enabled())"),
+                                           get("anomaly mode's NaN check"))),
+        (("the default dtype (torch.get_default_dtype())",),
+         lambda: torch.set_default_dtype(get("the default dtype (torch.get_default_dtype())"))),
+        (("deterministic algorithms (torch.are_deterministic_algorithms_enabled())",
+          "deterministic algorithms' warn_only"),
+         lambda: torch.use_deterministic_algorithms(
+             get("deterministic algorithms (torch.are_deterministic_algorithms_enabled())"),
+             warn_only=get("deterministic algorithms' warn_only"))),
+        (("autocast on the CPU (torch.is_autocast_enabled('cpu'))",),
+         lambda: torch.set_autocast_enabled("cpu", get("autocast on the CPU (torch.is_autocast_enabled('cpu'))"))),
+        (("autocast's CPU dtype",), lambda: torch.set_autocast_dtype("cpu", get("autocast's CPU dtype"))),
+        (("the float32 matmul precision",),
+         lambda: torch.set_float32_matmul_precision(get("the float32 matmul precision"))),
+    ]
+    for keys, setter in setters:
+        if changed & set(keys):
+            with contextlib.suppress(Exception):
+                setter()
     dynamo = sys.modules.get("torch._dynamo.config")
-    for key, value in before.items():
+    for key in changed:
         if key.startswith("torch._dynamo.config.") and dynamo is not None:
             with contextlib.suppress(Exception):
-                setattr(dynamo, key.rsplit(".", 1)[-1], value)
+                setattr(dynamo, key.rsplit(".", 1)[-1], before[key])
 
 
 def globals_changed(before: dict[str, Any], after: dict[str, Any]) -> tuple[str, Any, Any] | None:
