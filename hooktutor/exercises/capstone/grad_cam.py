@@ -361,4 +361,5 @@ def _autograd_grad_instead(model, layer, x, target):
     act = saved["out"].detach()
     return F.relu((grad.mean(dim=(2, 3))[:, :, None, None] * act).sum(dim=1))
 
-exercise.equivalent_mutants["context: no-grad"] = "it runs its forward and backward under torch.enable_grad(), whatever the caller's mode"
+
+exercise.equivalent_mutants["context: no-grad"] = "its forward and backward run under torch.enable_grad() anyway"
