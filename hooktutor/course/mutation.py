@@ -80,6 +80,7 @@ import sys
 import textwrap
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -417,14 +418,20 @@ def _sees_grad():
     class SeesGrad(TorchFunctionMode):
         def __init__(self) -> None:
             super().__init__()
-            self.marked: set[int] = set()
+            self.marked: dict[int, Any] = {}   # id -> a weak reference (an id is reused once freed)
+
+        def has(self, t: Any) -> bool:
+            ref = self.marked.get(id(t))
+            return ref is not None and ref() is t
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
-            if any(isinstance(a, torch.Tensor) and (a.requires_grad or id(a) in self.marked)
+            if getattr(func, "__name__", "") in ("detach", "detach_", "numel", "size", "dim"):
+                return out   # (a detached copy has no graph with grad mode on either)
+            if any(isinstance(a, torch.Tensor) and (a.requires_grad or self.has(a))
                    for a in tree_leaves((args, kwargs))):
-                self.marked.update(id(t) for t in _leaves(out) if isinstance(t, torch.Tensor))
+                self.marked.update((id(t), weakref.ref(t)) for t in _leaves(out) if isinstance(t, torch.Tensor))
             return out
     return SeesGrad()
 
@@ -515,7 +522,7 @@ def context_mutants(solution: Any) -> list[Mutant]:
             with _backward_calls() as calls, manager(), sees:
                 result = fn(*args, **kwargs)
             tensors = [t for t in _leaves(result) if isinstance(t, torch.Tensor)]
-            if calls or any(id(t) in sees.marked for t in tensors) or (
+            if calls or any(sees.has(t) for t in tensors) or (
                     manager is torch.inference_mode and any(t.is_inference() for t in tensors)):
                 applied.append(True)
             return result
