@@ -110,10 +110,6 @@ def learners_hooks(model: nn.Module, *, include_global: bool = False) -> list[An
             if r.owner == USER and r.handle_id not in CALLERS_HOOK_IDS]
 
 
-def _callers_pre_hook(module: nn.Module, args: tuple) -> None:
-    """A hook of the caller's on a tracked model (it does nothing)."""
-
-
 def _callers_hook(module: nn.Module, args: tuple, output: Any) -> None:
     """A hook of the caller's on a tracked model (it does nothing)."""
 
@@ -123,6 +119,9 @@ class Tester:
 
     def __init__(self) -> None:
         self._tracked: list[tuple[str, nn.Module, set[int], list[Any]]] = []
+        self._fired: dict[int, list[int]] = {}   # id(module) -> its calls made from the answer's code
+        self.answer_codes: set = set()   # the answer's code, and the code defined in it
+        self.root_check = True   # off where the exercise opts out of "callers_hooks"
 
     def track(self, model: nn.Module, name: str = "the model") -> nn.Module:
         """Remember ``model``'s hooks now; any hook added later and left on counts as a leak.
@@ -133,12 +132,25 @@ class Tester:
         answer must leave alone (a case checks the model's state itself with ``kit.LeftAsFound``:
         a case may still set the model up after tracking it).
         """
-        handles = [h for m in model.modules()
-                   for h in (m.register_forward_pre_hook(_callers_pre_hook), m.register_forward_hook(_callers_hook))]
+        handles = [h for m in model.modules() for h in (m.register_forward_pre_hook(self._counting(m)),
+                                                        m.register_forward_hook(_callers_hook))]
         CALLERS_HOOK_IDS.update(h.id for h in handles)
         before = {r.handle_id for r in list_hooks(model, include_global=False)}
         self._tracked.append((name, model, before, handles))
         return model
+
+    def _counting(self, module: nn.Module) -> Callable:
+        count = self._fired.setdefault(id(module), [0])
+
+        def _callers_pre_hook(module: nn.Module, args: tuple) -> None:
+            """A hook of the caller's on a tracked model (it counts the calls: a pre-hook fires also
+            when the forward raises) that the answer's code made, directly or through the model."""
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code not in self.answer_codes:
+                frame = frame.f_back
+            if frame is not None:
+                count[0] += 1
+        return _callers_pre_hook
 
     def leaks(self) -> list[str]:
         """Describe and remove the hooks the learner added to tracked models since they were
@@ -165,6 +177,12 @@ class Tester:
                         "Remove only the hooks you added, with their handles: not by clearing a module's "
                         "hook dicts (module._forward_hooks.clear() takes everybody's), nor with "
                         "remove_hooks(model)")
+            inner = [m for m in model.modules() if m is not model]
+            calls = self._fired.get
+            if self.root_check and inner and calls(id(model), [0])[0] == 0 and any(calls(id(m), [0])[0] for m in inner):
+                return (f"the layers of {name} ran, but the hooks of the model itself never fired: run it as "
+                        "model(x); model.forward(x) (or a copy of the model) skips the hooks registered on "
+                        "the model itself, and the caller's must still fire")
         return None
 
     def expect(self, ok: bool, *, what: str, expected: Any, got: Any, nudge: str) -> None:
@@ -659,6 +677,8 @@ class Exercise:
 
     def _run_case_once(self, description: str, case: Case, answer: Callable, limit: float) -> CaseResult:
         tester = Tester()
+        tester.answer_codes = _codes(answer)
+        tester.root_check = not {"callers_hooks", "all"} & set(self.not_varied)
         try:
             with _Deadline(limit):
                 case(answer, tester)
