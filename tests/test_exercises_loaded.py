@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,15 @@ def test_no_check_crashes_on_junk_and_each_report_is_short(key):
         bad = report.failure
         assert bad is not None and bad.detail.get("why"), report.text
         assert len(repr(report).splitlines()) <= 16, repr(report)
+
+
+def test_an_optimizer_in_a_fresh_kernel_is_no_endless_loop(loaded_machine):
+    """attach_sgd's right answer with torch.optim.SGD, checked first thing in a fresh interpreter on
+    a loaded machine: its first optimizer step takes seconds of wall clock there, not of CPU time."""
+    code = ("from hooktutor.exercises import tensor_hooks as ex\n"
+            "label, fn = ex.attach_sgd.right_answers[0]\n"
+            "report = ex.attach_sgd.check(fn)\n"
+            "assert report.passed, repr(report)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]

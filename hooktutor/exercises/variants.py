@@ -19,6 +19,8 @@ variant         the recorded arguments ...
 ``bfloat16``    in bfloat16 (looser values, the dtype still exact)
 ``eval``        with every module in eval mode
 ``mixed``       with the modules in train and eval mode alternately (the model itself in train)
+``generation``  a transformers model's ``generation_config`` sampling by default
+                (``do_sample=True``): settings the case model's defaults made unnecessary
 ==============  ==============================================================================
 
 In each variant every module of every module argument carries a forward pre-hook and a forward
@@ -73,6 +75,7 @@ VARIANTS: dict[str, str] = {
     "bfloat16": "the first case again, with the model and its inputs in bfloat16",
     "eval": "the first case again, with every module in eval mode",
     "mixed": "the first case again, with some modules in train mode and some in eval mode",
+    "generation": "the first case again, with a model whose generation_config samples by default",
 }
 ASPECTS = ("result", "backward", "callers_hooks", "state", "globals")
 STRICT = False   # tests set it: an error of the variants' own machinery raises instead of skipping
@@ -275,6 +278,12 @@ def prepare(name: str, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         seen: dict[int, Any] = {}
         args = tuple(_convert(a, dtype, seen) for a in args)
         kwargs = {k: _convert(v, dtype, seen) for k, v in kwargs.items()}
+    elif name == "generation":
+        configs = [r.generation_config for r in _roots((args, kwargs)) if getattr(r, "generation_config", None)]
+        if not configs:
+            return None
+        for config in configs:
+            config.do_sample, config.top_k = True, None
     elif name in ("eval", "mixed"):
         roots = _roots((args, kwargs))
         if not roots:
@@ -495,6 +504,11 @@ def compare_results(got: Any, ref: Any, variant: str, path: str = "the result", 
             raise Difference("result", path, "an ordinary tensor", "an inference tensor", (
                 f"{path} was made under torch.inference_mode(): it can never take part in autograd, nor "
                 "be changed in place outside that mode. Use torch.no_grad() where the task asks for it"))
+        if not _close(got, ref) and variant == "generation":
+            raise Difference("result", f"the values of {path}", ref, got, (
+                f"{path} differs when the model's generation_config samples by default: pass every "
+                "setting the task asks for to generate() yourself (do_sample=False, min_new_tokens=...); "
+                "a model's defaults differ from one model to the next"))
         if not _close(got, ref):
             raise Difference("result", f"the values of {path}", ref, got, (
                 f"{path} differs from the right values"
