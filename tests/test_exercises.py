@@ -9,7 +9,7 @@ import torch
 
 import hooktutor as ht
 from hooktutor.course import claims
-from hooktutor.exercises import load_all, variants
+from hooktutor.exercises import load_all
 
 EXERCISES = load_all()
 WRONG = [(key, label, fn, mentions) for key, ex in EXERCISES.items() for label, fn, mentions in ex.wrong_answers]
@@ -30,18 +30,17 @@ def test_there_are_exercises():
 
 @pytest.mark.parametrize("key", sorted(EXERCISES))
 def test_solution_passes_quickly_and_leaves_no_hooks(key):
-    """Fast in CPU time of this process (a busy machine slows the wall clock, not the work): the
-    first check runs the reference in the variants too (hooktutor.exercises.variants), the second
-    only the answer."""
+    """Fast in CPU time of this process (a busy machine slows the wall clock, not the work); the
+    first check also runs the reference in the variants (hooktutor.exercises.variants): twice the
+    budget, once."""
     ex = EXERCISES[key]
     budget = getattr(ex, "check_budget_s", 1.0)   # a check that starts processes says so
-    for allowed in (2 * budget, budget):
-        start = time.process_time()
-        report = ex.check(ex.reference)
-        elapsed = time.process_time() - start
-        assert report.passed, repr(report)
-        assert repr(report).startswith("✔")
-        assert elapsed < allowed, f"{key}: the check took {elapsed:.2f} s of CPU; keep checks well under {budget:g} s"
+    start = time.process_time()
+    report = ex.check(ex.reference)
+    elapsed = time.process_time() - start
+    assert report.passed, repr(report)
+    assert repr(report).startswith("✔")
+    assert elapsed < 2 * budget, f"{key}: the check took {elapsed:.2f} s of CPU; keep checks well under {budget:g} s"
 
 
 @pytest.mark.parametrize("key, label, fn", RIGHT, ids=[f"{k}: {lbl}" for k, lbl, _ in RIGHT])
@@ -76,16 +75,10 @@ HIDDEN_WRONG = [(key, label, fn, mentions) for key, ex in EXERCISES.items()
 
 @pytest.mark.parametrize("key, label, fn, mentions", HIDDEN_WRONG, ids=[f"{k}: {lbl}" for k, lbl, _, _ in HIDDEN_WRONG])
 def test_hidden_wrong_answer_passes_the_visible_cases_and_fails_the_hidden_ones(key, label, fn, mentions, monkeypatch):
-    """A wrong answer that only the cases kept for grading catch: they do, and name it. The variants
-    of the first visible case may catch it already (a float32 copy, a model left in eval mode):
-    then as one of those, and the kept cases still catch it on their own."""
+    """A wrong answer that only the cases kept for grading catch: they do, and name it (on their own:
+    the variants of the first visible case, which may catch it already, are off here)."""
     ex = EXERCISES[key]
     skip_where_not_wrong(ex, label)
-    varied = ex.check(fn, hidden=False)
-    if not varied.passed:   # (or the caller's hooks on the model itself, skipped: counted in every case)
-        assert varied.failure.description in variants.VARIANTS.values() or "the model itself never fired" in \
-            varied.text, (
-            f"{key}: '{label}' should pass the visible cases (that is its point):\n{varied!r}")
     monkeypatch.setitem(ex.not_varied, "all", "the cases kept for grading, on their own")
     assert ex.check(fn, hidden=False).passed, f"{key}: '{label}' should pass the visible cases (that is its point)"
     report = ex.check(fn)   # a learner's check runs the cases kept for grading too
