@@ -757,11 +757,12 @@ class Exercise:
     def _crashed(self, description: str, e: Exception, answer: Callable, case: Case) -> CaseResult:
         """An error, said: the answer's own ("raised an error"), or the check's on what the answer gave it."""
         text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
+        why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)), None)
         if self._called_wrongly(e, answer):   # the call never reached the answer's first line
             return CaseResult(description, "error", {"error": text, "why": (
                 f"your function's parameters do not match how the check calls it. The task's answer "
-                f"starts `{self.signature_line()}`: give yours the same parameters, in that order.")})
-        why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)), None)
+                f"starts `{self.signature_line()}`: give yours the same parameters, in that order"
+                + (f" ({why})." if why else "."))})
         if _raised_in_learner_code(e, answer, case):
             return CaseResult(description, "error", {"error": text, "why": why or (
                 "read the error: it names what went wrong; the hints help if you are stuck.")})
