@@ -109,6 +109,7 @@ def test_cases_kept_for_grading_run_unless_the_instructor_holds_them_back(ex, mo
         return m.lin.weight.grad * len(_seen) if len(_seen) > 2 else m.lin.weight.grad
 
     ex.cases = ex.cases[:1]
+    ex.not_varied["all"] = "the test counts the calls of the cases (the variants call the answer again)"
     assert ex.check(stateful, hidden=False).passed
     report = ex.check(stateful)
     assert not report.passed and "no state between calls" in report.text
@@ -156,3 +157,60 @@ def test_a_tracked_model_keeps_the_callers_hooks():
     model = MLP(seed=0)
     with model.fc1.register_forward_hook(lambda m, a, o: None):
         assert len(learners_hooks(model)) == 1
+
+
+def test_the_time_limit_counts_cpu_time_and_a_wall_clock_backstop_stops_a_hang():
+    import time
+
+    with core._Deadline(0.2, wall=5.0):
+        time.sleep(0.3)   # waiting is no computing: a busy machine does not stop a right answer
+    with pytest.raises(core.TimeLimitExceeded, match="wall"):
+        with core._Deadline(5.0, wall=0.2):
+            time.sleep(1.0)
+    with pytest.raises(core.TimeLimitExceeded, match="cpu"):
+        with core._Deadline(0.1, wall=5.0):
+            while True:
+                pass
+
+
+def test_a_slow_first_call_is_run_again_after_a_warm_up_not_called_endless(ex):
+    """A first call that loads a kernel or imports a module takes longer than the limit: the check
+    warms up with the reference, then runs the answer once more with a limit relative to it."""
+    import time
+
+    first = []
+
+    def slow_once(model):
+        if not first:
+            first.append(1)
+            end = time.process_time() + 0.3
+            while time.process_time() < end:
+                pass
+        return _double_grad_solution(model)
+
+    ex.time_limit = 0.2
+    report = ex.check(slow_once, hidden=False)
+    assert report.failure is None or report.failure.status != "timeout", report.text
+
+    def spins(model):
+        while True:
+            pass
+    report = ex.check(spins)
+    assert report.failure.status == "timeout" and "twice" in report.text
+
+
+def test_a_right_alternative_is_registered_and_kept_apart_from_the_wrong_answers(ex):
+    @ex.right("reads the gradient through autograd.grad")
+    def _by_grad(model):
+        return _double_grad_solution(model)
+    assert [label for label, _ in ex.right_answers] == ["reads the gradient through autograd.grad"]
+    assert not ex.wrong_answers
+
+
+def test_a_process_wide_setting_left_changed_is_said_and_restored(ex):
+    def flips(model):
+        torch.set_anomaly_enabled(True)
+        return _double_grad_solution(model)
+    report = ex.check(flips)
+    assert not report.passed and "anomaly mode" in report.text and "finally" in report.text
+    assert not torch.is_anomaly_enabled()

@@ -136,3 +136,112 @@ def test_grad_witness_sees_a_learners_post_accumulate_hook():
         with p.register_post_accumulate_grad_hook(lambda t: None):
             (p * 3).sum().backward()
     assert w.learner_hooks["p"] == 1 and torch.equal(w.grads["p"], torch.full((2,), 3.0))
+
+
+# -- the variants of the first visible case (hooktutor.exercises.variants) ---------------------------
+
+def _surroundings_wrong_answers():
+    from hooktutor.exercises import load_all
+
+    exercises = load_all()
+    count, clamp = exercises["start_here.count_calls"], exercises["changing_outputs.clamped_output"]
+    steer = exercises["transformer_hooks.steer"]
+
+    def forward_not_call(model, x, layer):
+        calls = []
+        handle = layer.register_forward_hook(lambda m, a, o: calls.append(1))
+        try:
+            model.forward(x)
+        finally:
+            handle.remove()
+        return len(calls)
+
+    def attribute(model, x, layer):
+        model.seen = True
+        return count.reference(model, x, layer)
+
+    def buffer(model, x, layer):
+        model.register_buffer("calls", torch.zeros(1))
+        return count.reference(model, x, layer)
+
+    def as_bool(model, x, layer):
+        n = count.reference(model, x, layer)
+        return bool(n) if n == 1 else n
+
+    def default_dtype(model, x, layer):
+        torch.set_default_dtype(torch.float64)
+        return count.reference(model, x, layer)
+
+    def float_copy(model, x, layer, m):
+        return clamp.reference(model, x, layer, m).float()
+
+    def only_in_train(model, x, layer, m):
+        out = clamp.reference(model, x, layer, m)
+        return out if model.training else out.detach()
+
+    def detaches(model, tokens, module, vector):
+        def add(mod, args, output):
+            if isinstance(output, tuple):
+                return (output[0].detach() + vector, *output[1:])
+            return output.detach() + vector
+        handle = module.register_forward_hook(add)
+        try:
+            return model(tokens)
+        finally:
+            handle.remove()
+
+    def leaves_grad(model, tokens, module, vector):
+        out = steer.reference(model, tokens, module, vector)
+        out.sum().backward(retain_graph=True)
+        return out
+
+    tokens = exercises["hf_hooks.new_token_states"]
+
+    def generation_defaults(model, input_ids, block, new_tokens):
+        states = []
+        handle = block.register_forward_hook(
+            lambda m, a, o: states.append((o[0] if isinstance(o, tuple) else o)[:, -1]))
+        try:   # without do_sample=False: the tiny model's defaults happen to be greedy
+            sequences = model.generate(input_ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+        finally:
+            handle.remove()
+        return sequences, torch.stack(states, dim=1)
+
+    return [(tokens, generation_defaults, "do_sample=False"), (count, forward_not_call, "model(x)"),
+            (count, attribute, "added seen"),
+            (count, buffer, "added calls"), (count, as_bool, "a bool is not a number"),
+            (count, default_dtype, "default dtype"), (clamp, float_copy, "float64"),
+            (clamp, only_in_train, "gradient"), (steer, detaches, "does not reach"),
+            (steer, leaves_grad, ".grad")]
+
+
+@pytest.mark.parametrize("i", range(10))
+def test_a_mistake_in_the_surroundings_is_caught_by_a_variant_and_named(i):
+    from hooktutor.exercises import variants
+
+    ex, answer, mentions = _surroundings_wrong_answers()[i]
+    variants.STRICT = True
+    try:
+        report = ex.check(answer, hidden=False)
+    finally:
+        variants.STRICT = False
+    assert not report.passed, f"{ex.key}: {answer.__name__} passed"
+    assert mentions.lower() in report.text.lower(), report.text
+    assert torch.get_default_dtype() == torch.float32, "a setting the answer flipped is restored"
+
+
+def test_variants_opt_out_by_name_and_the_reference_passes_every_variant():
+    from hooktutor.exercises import load_all, variants
+
+    ex = load_all()["start_here.count_calls"]
+    answer = _surroundings_wrong_answers()[2][1]   # an attribute added: only the state shows it
+    assert ex.check(ex.reference).passed
+    ex.not_varied["state"] = "the test"
+    try:
+        assert ex.check(answer, hidden=False).passed
+    finally:
+        del ex.not_varied["state"]
+    recording = ex._variants_recording
+    assert recording is not None and set(recording.reference) == set(variants.VARIANTS)
+    applied = {name for name, run in recording.reference.items() if run is not None}
+    assert applied == set(variants.VARIANTS) - {"generation"}, "every variant but generation applies to count_calls"

@@ -60,7 +60,7 @@ def test_the_operators_reach_the_hook_mistakes():
     assert any(i.startswith("no-hook@") for i in ids)
     assert any(i.startswith("number@") and "2 -> 3" in i for i in ids)
     assert any(i.startswith("arith@") for i in ids)
-    outcomes = mutation.run(ex)
+    outcomes = mutation.run(ex, context=False)
     alive = [o.mutant.id for o in outcomes if not o.killed]
     # one case: the answer that hard-codes the first result passes it (a second case would not)
     assert alive == ["first-result@1: the solution -> what it returned on its first call, every time"]
@@ -80,3 +80,22 @@ def test_a_survivor_is_reported_and_an_equivalent_listed_one_is_not():
     score = mutation.score(weak)
     assert score.survivors and score.rate < 0.5
     assert score.equivalent == sorted(weak.equivalent_mutants)
+
+
+def test_the_context_mutants_wrap_the_reference_and_are_killed_by_the_variants():
+    """Each context mutant does the wrong thing to the solution's surroundings (detaches its result,
+    leaves the model in eval mode, casts to float32, clears a caller's hook, runs under no_grad,
+    adds a buffer, flips a global setting, calls .forward()); clamped_output's check kills all."""
+    ex = EXERCISES["changing_outputs.clamped_output"]
+    ids = [m.id for m in mutation.context_mutants(ex._solution)]
+    assert len(ids) == 11 and all(i.startswith("context: ") for i in ids)
+    score = mutation.score(ex, code=False)
+    assert score.context_total == 11 and score.context_killed == 11, score
+    assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled()
+
+
+def test_a_context_mutant_that_changes_nothing_is_not_applicable():
+    ex = _toy()   # a tensor hook: no module to switch to eval, no model to call, no result to detach
+    outcomes = mutation.run(ex, code=False)
+    not_applicable = {o.mutant.id for o in outcomes if not o.applicable}
+    assert {"context: eval-after", "context: forward-not-call", "context: add-buffer"} <= not_applicable

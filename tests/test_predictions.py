@@ -123,3 +123,15 @@ def test_a_key_cannot_be_registered_twice():
     with pytest.raises(ValueError, match="exists already"):
         Prediction(ex.key, "again", task="", hints=[], observe=ex.observe, explain={}, summary="",
                    answer_name="x")
+
+
+def test_a_bool_is_not_a_number_in_a_prediction():
+    """``False == 0`` in Python; a prediction of a count that says False is not the count 0."""
+    ex = PREDICTIONS["graph_hooks.checkpoint_calls"]
+    truth = ex.reference
+    key = next(k for k, v in truth.items() if v in (0, 1))
+    assert ex.check(truth).passed
+    report = ex.check({**truth, key: bool(truth[key])})
+    assert not report.passed and "is not one of the choices" in report.text
+    count = PREDICTIONS["start_here.registered_twice"]
+    assert not count.check(True).passed and count.check(count.reference).passed

@@ -38,7 +38,34 @@ operator           what it changes
                    it is called with (a constant of a visible case hard-coded)
 =================  ==================================================================================
 
-``python -m hooktutor mutants [KEY...]`` prints the kill rate per exercise and lists the survivors.
+Mutants of the *context* (``context`` below): the mistakes that pass every case change what the
+solution does to its surroundings, not what it computes. Each wraps the reference, unchanged, so
+that it does the wrong thing around it:
+
+=========================  ===========================================================================
+context mutant             what the wrapped reference does
+=========================  ===========================================================================
+``detach-result``          returns its result detached (no gradient to the layers before)
+``float32-result``         casts every floating tensor of its result to float32
+``eval-after``             leaves every module it was given in eval mode
+``clear-callers-hooks``    clears the forward hooks that were on the modules before it ran
+``no-grad``                runs under ``torch.no_grad()``
+``inference-mode``         runs under ``torch.inference_mode()``
+``add-buffer``             registers a buffer on the model it was given
+``add-attribute``          sets an attribute on the model it was given
+``grad-mode-off``          leaves the grad mode off (``torch.set_grad_enabled(False)``)
+``default-dtype``          leaves the default dtype float64
+``forward-not-call``       calls the model's ``.forward`` instead of the model (its own hooks skipped)
+=========================  ===========================================================================
+
+A context mutant that changed nothing in any call of the check (no tensor of the result had a
+graph to detach, no module argument, no model called) is not applicable, and is counted neither
+way; one that changed something and survives is a hole in the check, or listed as equivalent
+(``equivalent_mutants["context: no-grad"] = "reason"``, one line in the exercise's file).
+
+``python -m hooktutor mutants [KEY...]`` prints the kill rate per exercise (the context column: the
+context mutants killed of those that applied) and lists the survivors; ``--code-only`` /
+``--context-only`` run one kind, ``-v`` names the context mutants that did not apply.
 Predictions have no solution to mutate (their truth is computed live) and are not mutated.
 """
 
@@ -47,11 +74,13 @@ from __future__ import annotations
 import ast
 import contextlib
 import copy
+import functools
 import inspect
 import sys
 import textwrap
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -85,8 +114,12 @@ class Mutant:
     after: str
     build: Callable[[], Any]   # returns the mutated solution (function or class)
 
+    applied: Callable[[], bool] | None = None   # a context mutant: whether it changed anything
+
     @property
     def id(self) -> str:
+        if self.operator == "context":
+            return f"context: {self.before}"
         return f"{self.operator}@{self.line}: {self.before} -> {self.after}"
 
 
@@ -358,22 +391,240 @@ def _first_result(solution: Any) -> Mutant:
     return Mutant("first-result", 1, "the solution", "what it returned on its first call, every time", build)
 
 
+# -- mutants of the context -----------------------------------------------------------------------
+
+def _map_tensors(value: Any, fn: Callable, depth: int = 0) -> Any:
+    import torch
+    if depth > 6:
+        return value
+    if isinstance(value, torch.Tensor):
+        return fn(value)
+    if isinstance(value, list):
+        return [_map_tensors(v, fn, depth + 1) for v in value]
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
+        return tuple(_map_tensors(v, fn, depth + 1) for v in value)
+    if type(value) is dict:
+        return {k: _map_tensors(v, fn, depth + 1) for k, v in value.items()}
+    return value
+
+
+def _sees_grad():
+    """A torch function mode that marks the tensors an operation made from a tensor that requires
+    grad (or from a marked one): what would have had a graph outside ``no_grad``."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_leaves
+
+    class SeesGrad(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.marked: dict[int, Any] = {}   # id -> a weak reference (an id is reused once freed)
+
+        def has(self, t: Any) -> bool:
+            ref = self.marked.get(id(t))
+            return ref is not None and ref() is t
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if getattr(func, "__name__", "") in ("detach", "detach_", "numel", "size", "dim"):
+                return out   # (a detached copy has no graph with grad mode on either)
+            if any(isinstance(a, torch.Tensor) and (a.requires_grad or self.has(a))
+                   for a in tree_leaves((args, kwargs))):
+                self.marked.update((id(t), weakref.ref(t)) for t in _leaves(out) if isinstance(t, torch.Tensor))
+            return out
+    return SeesGrad()
+
+
+@contextlib.contextmanager
+def _backward_calls():
+    """Count the calls of torch.autograd.backward and torch.autograd.grad (Tensor.backward goes
+    through the first) made while the block runs."""
+    import torch
+    calls: list[int] = []
+    backward, grad = torch.autograd.backward, torch.autograd.grad
+
+    def counted(fn):
+        @functools.wraps(fn)
+        def run(*a, **k):
+            calls.append(1)
+            return fn(*a, **k)
+        return run
+    torch.autograd.backward, torch.autograd.grad = counted(backward), counted(grad)
+    try:
+        yield calls
+    finally:
+        torch.autograd.backward, torch.autograd.grad = backward, grad
+
+
+def _context(name: str, solution: Any, after: str, wrap: Callable[[Callable, tuple, dict, list], Any]) -> Mutant:
+    applied: list[bool] = []
+
+    def build() -> Any:
+        applied.clear()
+
+        @functools.wraps(solution)
+        def answer(*args: Any, **kwargs: Any) -> Any:
+            return wrap(solution, args, kwargs, applied)
+        return answer
+    return Mutant("context", 0, name, after, build, applied=lambda: bool(applied))
+
+
+def context_mutants(solution: Any) -> list[Mutant]:
+    """The mutants of the context of ``solution`` (a function): see the module's docstring."""
+    import torch
+
+    from hooktutor.exercises.variants import _roots
+
+    def detach(fn, args, kwargs, applied):
+        def cut(t):
+            if t.requires_grad:
+                applied.append(True)
+                return t.detach()
+            return t
+        return _map_tensors(fn(*args, **kwargs), cut)
+
+    def cast(fn, args, kwargs, applied):
+        def to32(t):
+            if t.is_floating_point() and t.dtype != torch.float32:
+                applied.append(True)
+                return t.float()
+            return t
+        return _map_tensors(fn(*args, **kwargs), to32)
+
+    def eval_after(fn, args, kwargs, applied):
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for root in _roots((args, kwargs)):
+                if any(m.training for m in root.modules()):
+                    applied.append(True)
+                root.eval()
+
+    def clear_hooks(fn, args, kwargs, applied):
+        before = [(m, d, list(getattr(m, d))) for root in _roots((args, kwargs)) for m in root.modules()
+                  for d in ("_forward_hooks", "_forward_pre_hooks")]
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for m, d, keys in before:
+                for key in keys:
+                    if key in getattr(m, d):
+                        applied.append(True)
+                        del getattr(m, d)[key]
+
+    def grad_mode(manager):
+        # it applies where the grad mode matters to the solution: a backward runs in the call, or
+        # a tensor of its result would have had a graph (or, for inference_mode, is a tensor made
+        # in the call); registering hooks or returning detached copies under no_grad changes nothing
+        def run(fn, args, kwargs, applied):
+            sees = _sees_grad()
+            with _backward_calls() as calls, manager(), sees:
+                result = fn(*args, **kwargs)
+            tensors = [t for t in _leaves(result) if isinstance(t, torch.Tensor)]
+            if calls or any(sees.has(t) for t in tensors) or (
+                    manager is torch.inference_mode and any(t.is_inference() for t in tensors)):
+                applied.append(True)
+            return result
+        return run
+
+    def add_buffer(fn, args, kwargs, applied):
+        result = fn(*args, **kwargs)
+        roots = _roots((args, kwargs))
+        if roots and "mutant_buffer" not in dict(roots[0].named_buffers(recurse=False)):
+            applied.append(True)
+            roots[0].register_buffer("mutant_buffer", torch.zeros(1))
+        return result
+
+    def add_attribute(fn, args, kwargs, applied):
+        result = fn(*args, **kwargs)
+        roots = _roots((args, kwargs))
+        if roots:
+            applied.append(True)
+            roots[0].mutant_note = "left by the answer"
+        return result
+
+    def left_global(flip, differs):
+        def run(fn, args, kwargs, applied):
+            result = fn(*args, **kwargs)
+            if differs():
+                applied.append(True)
+                flip()
+            return result
+        return run
+
+    from hooktutor.exercises.core import _codes
+    own = _codes(solution)   # the solution's own calls of the model are the ones made .forward
+
+    def forward_not_call(fn, args, kwargs, applied):
+        roots = _roots((args, kwargs))
+        swapped = []
+        for root in roots:
+            cls = root.__class__
+
+            def call(self, *a, __cls=cls, **k):
+                if sys._getframe(1).f_code not in own:   # the caller's run(), a case: as it was
+                    return super(self.__class__, self).__call__(*a, **k)
+                applied.append(True)
+                return self.forward(*a, **k)
+            try:
+                root.__class__ = type(cls.__name__, (cls,), {"__call__": call, "__module__": cls.__module__})
+                swapped.append((root, cls))
+            except TypeError:
+                pass
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for root, cls in swapped:
+                root.__class__ = cls
+
+    if isinstance(solution, type):
+        return []
+    return [
+        _context("detach-result", solution, "its result detached", detach),
+        _context("float32-result", solution, "its result cast to float32", cast),
+        _context("eval-after", solution, "the modules left in eval mode", eval_after),
+        _context("clear-callers-hooks", solution, "the caller's forward hooks cleared", clear_hooks),
+        _context("no-grad", solution, "run under torch.no_grad()", grad_mode(torch.no_grad)),
+        _context("inference-mode", solution, "run under torch.inference_mode()", grad_mode(torch.inference_mode)),
+        _context("add-buffer", solution, "a buffer registered on the model", add_buffer),
+        _context("add-attribute", solution, "an attribute set on the model", add_attribute),
+        _context("grad-mode-off", solution, "the grad mode left off", left_global(
+            lambda: torch.set_grad_enabled(False), torch.is_grad_enabled)),
+        _context("default-dtype", solution, "the default dtype left float64", left_global(
+            lambda: torch.set_default_dtype(torch.float64), lambda: torch.get_default_dtype() != torch.float64)),
+        _context("forward-not-call", solution, "model.forward(x) called instead of model(x)", forward_not_call),
+    ]
+
+
+def _leaves(value: Any) -> list:
+    from torch.utils._pytree import tree_leaves
+    try:
+        return tree_leaves(value)
+    except Exception:   # noqa: BLE001
+        return [value]
+
+
 @dataclass
 class Outcome:
     mutant: Mutant
     killed: bool
     verdict: str   # the report's title, or why the mutant could not be built
+    applicable: bool = True   # a context mutant that changed nothing is not
 
 
-def run(exercise: Any, only: set[str] | None = None) -> list[Outcome]:
-    """Every mutant of ``exercise``'s solution through its check (all cases, kept ones included)."""
+def run(exercise: Any, only: set[str] | None = None, *, context: bool = True, code: bool = True) -> list[Outcome]:
+    """Every mutant of ``exercise``'s solution through its check (all cases, kept ones included),
+    then (``context=True``) every mutant of its context."""
     outcomes = []
     # a mutant that loops forever must not stall the run; an exercise whose cases start processes
     # (the DDP ones) sets a longer mutant_time_limit_s, so a loaded machine does not "kill" its mutants
     mutant_limit = getattr(exercise, "mutant_time_limit_s", MUTANT_TIME_LIMIT_S)
     limit, exercise.time_limit = exercise.time_limit, min(exercise.time_limit, mutant_limit)
     try:
-        for mutant in mutants(exercise._solution):
+        todo = ((mutants(exercise._solution) if code else [])
+                + (context_mutants(exercise._solution) if context else []))
+        for mutant in todo:
             if only is not None and mutant.id not in only:
                 continue
             if mutant.operator == "first-result" and isinstance(exercise._solution, type):
@@ -385,7 +636,8 @@ def run(exercise: Any, only: set[str] | None = None) -> list[Outcome]:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # a mutant may use a deprecated hook
                 report = exercise.check(answer, hidden=True)
-            outcomes.append(Outcome(mutant, not report.passed, report.text.splitlines()[0]))
+            applicable = mutant.applied() if mutant.applied is not None else True
+            outcomes.append(Outcome(mutant, not report.passed, report.text.splitlines()[0], applicable))
     finally:
         exercise.time_limit = limit
     return outcomes
@@ -399,6 +651,9 @@ class Score:
     equivalent: list[str]      # listed and surviving
     survivors: list[Outcome]   # surviving and not listed: holes in the check
     stale: list[str]           # listed but killed or gone
+    context_killed: int = 0    # of the context mutants that applied
+    context_total: int = 0
+    not_applicable: tuple[str, ...] = ()   # context mutants that changed nothing
 
     @property
     def rate(self) -> float:
@@ -407,15 +662,20 @@ class Score:
         return self.killed / denominator if denominator else 1.0
 
 
-def score(exercise: Any) -> Score:
-    outcomes = run(exercise)
-    listed = exercise.equivalent_mutants
+def score(exercise: Any, *, context: bool = True, code: bool = True) -> Score:
+    ran = run(exercise, context=context, code=code)
+    outcomes = [o for o in ran if o.applicable]
+    listed = {k: v for k, v in exercise.equivalent_mutants.items()
+              if (k.startswith("context: ") and context) or (not k.startswith("context: ") and code)}
+    in_context = [o for o in outcomes if o.mutant.operator == "context"]
     alive = {o.mutant.id: o for o in outcomes if not o.killed}
     return Score(
         key=exercise.key, total=len(outcomes), killed=sum(o.killed for o in outcomes),
         equivalent=sorted(set(alive) & set(listed)),
         survivors=[o for i, o in alive.items() if i not in listed],
         stale=sorted(set(listed) - set(alive)),
+        context_killed=sum(o.killed for o in in_context), context_total=len(in_context),
+        not_applicable=tuple(o.mutant.id for o in ran if not o.applicable),
     )
 
 
@@ -428,20 +688,24 @@ def mutable_exercises() -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     exercises = mutable_exercises()
     keys = [a for a in argv if not a.startswith("-")] or list(exercises)
+    code, context = "--context-only" not in argv, "--code-only" not in argv
     unknown = [k for k in keys if k not in exercises]
     if unknown:
         print(f"no exercise called {', '.join(unknown)}; the exercises are: {', '.join(exercises)}", file=sys.stderr)
         return 2
     bad = 0
     start = time.perf_counter()
-    print(f"{'exercise':<46}{'mutants':>8}{'killed':>8}{'equiv.':>8}{'rate':>8}")
+    print(f"{'exercise':<46}{'mutants':>8}{'killed':>8}{'equiv.':>8}{'rate':>8}{'context':>9}")
     for key in keys:
-        s = score(exercises[key])
-        print(f"{key:<46}{s.total:>8}{s.killed:>8}{len(s.equivalent):>8}{s.rate:>8.0%}")
+        s = score(exercises[key], context=context, code=code)
+        print(f"{key:<46}{s.total:>8}{s.killed:>8}{len(s.equivalent):>8}{s.rate:>8.0%}"
+              f"{f'{s.context_killed}/{s.context_total}':>9}")
         for o in s.survivors:
             print(f"    SURVIVES  {o.mutant.id}")
         for mutant_id in s.stale:
             print(f"    LISTED AS EQUIVALENT BUT KILLED OR GONE  {mutant_id}")
+        if s.not_applicable and "-v" in argv:
+            print(f"    not applicable (changed nothing): {', '.join(m[9:] for m in s.not_applicable)}")
         bad += bool(s.survivors or s.stale)
     print(f"{len(keys)} exercises in {time.perf_counter() - start:.1f} s; "
           f"{bad} with survivors or stale equivalents")

@@ -35,6 +35,7 @@ import torch
 from torch import nn
 
 from ..inventory import USER, global_hook_ids, list_hooks, remove_global_hooks, remove_row
+from . import variants
 
 TIME_LIMIT_S = 2.0
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -109,10 +110,6 @@ def learners_hooks(model: nn.Module, *, include_global: bool = False) -> list[An
             if r.owner == USER and r.handle_id not in CALLERS_HOOK_IDS]
 
 
-def _callers_pre_hook(module: nn.Module, args: tuple) -> None:
-    """A hook of the caller's on a tracked model (it does nothing)."""
-
-
 def _callers_hook(module: nn.Module, args: tuple, output: Any) -> None:
     """A hook of the caller's on a tracked model (it does nothing)."""
 
@@ -122,6 +119,9 @@ class Tester:
 
     def __init__(self) -> None:
         self._tracked: list[tuple[str, nn.Module, set[int], list[Any]]] = []
+        self._fired: dict[int, list[int]] = {}   # id(module) -> its calls made from the answer's code
+        self.answer_codes: set = set()   # the answer's code, and the code defined in it
+        self.root_check = True   # off where the exercise opts out of "callers_hooks"
 
     def track(self, model: nn.Module, name: str = "the model") -> nn.Module:
         """Remember ``model``'s hooks now; any hook added later and left on counts as a leak.
@@ -132,12 +132,25 @@ class Tester:
         answer must leave alone (a case checks the model's state itself with ``kit.LeftAsFound``:
         a case may still set the model up after tracking it).
         """
-        handles = [h for m in model.modules()
-                   for h in (m.register_forward_pre_hook(_callers_pre_hook), m.register_forward_hook(_callers_hook))]
+        handles = [h for m in model.modules() for h in (m.register_forward_pre_hook(self._counting(m)),
+                                                        m.register_forward_hook(_callers_hook))]
         CALLERS_HOOK_IDS.update(h.id for h in handles)
         before = {r.handle_id for r in list_hooks(model, include_global=False)}
         self._tracked.append((name, model, before, handles))
         return model
+
+    def _counting(self, module: nn.Module) -> Callable:
+        count = self._fired.setdefault(id(module), [0])
+
+        def _callers_pre_hook(module: nn.Module, args: tuple) -> None:
+            """A hook of the caller's on a tracked model (it counts the calls: a pre-hook fires also
+            when the forward raises) that the answer's code made, directly or through the model."""
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code not in self.answer_codes:
+                frame = frame.f_back
+            if frame is not None:
+                count[0] += 1
+        return _callers_pre_hook
 
     def leaks(self) -> list[str]:
         """Describe and remove the hooks the learner added to tracked models since they were
@@ -164,6 +177,12 @@ class Tester:
                         "Remove only the hooks you added, with their handles: not by clearing a module's "
                         "hook dicts (module._forward_hooks.clear() takes everybody's), nor with "
                         "remove_hooks(model)")
+            inner = [m for m in model.modules() if m is not model]
+            calls = self._fired.get
+            if self.root_check and inner and calls(id(model), [0])[0] == 0 and any(calls(id(m), [0])[0] for m in inner):
+                return (f"the layers of {name} ran, but the hooks of the model itself never fired: run it as "
+                        "model(x); model.forward(x) (or a copy of the model) skips the hooks registered on "
+                        "the model itself, and the caller's must still fire")
         return None
 
     def expect(self, ok: bool, *, what: str, expected: Any, got: Any, nudge: str) -> None:
@@ -344,39 +363,69 @@ class _Text:
 
 
 class _Deadline:
-    """Stop the learner's code after ``seconds``: SIGALRM where available, a trace otherwise."""
+    """Stop the learner's code after ``seconds`` of CPU time of this process (``ITIMER_PROF``: a
+    busy machine slows the wall clock, not the CPU time the answer uses), with a wall-clock
+    backstop (``ITIMER_REAL``, ``wall`` seconds) that only a hang trips: code that waits without
+    computing. Where signals cannot be used (not the main thread), a trace that reads the
+    process's CPU time."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, wall: float | None = None):
         self.seconds = seconds
+        self.wall = wall if wall is not None else wall_backstop(seconds)
         self._use_signal = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 
-    def _raise(self, *_: Any) -> None:
-        raise TimeLimitExceeded()
+    def _raise(self, signum: int, *_: Any) -> None:
+        raise TimeLimitExceeded("wall" if signum == signal.SIGALRM else "cpu")
 
     def __enter__(self) -> "_Deadline":
         if self._use_signal:
             self._old = signal.signal(signal.SIGALRM, self._raise)
-            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            self._old_prof = signal.signal(signal.SIGPROF, self._raise)
+            signal.setitimer(signal.ITIMER_PROF, self.seconds)
+            signal.setitimer(signal.ITIMER_REAL, self.wall)
         else:
-            end = time.monotonic() + self.seconds
+            end, wall_end = time.process_time() + self.seconds, time.monotonic() + self.wall
             self._old_trace = sys.gettrace()
 
             def tracer(frame: Any, event: str, arg: Any) -> Any:
-                if time.monotonic() > end:
-                    raise TimeLimitExceeded()
+                if time.process_time() > end:
+                    raise TimeLimitExceeded("cpu")
+                if time.monotonic() > wall_end:
+                    raise TimeLimitExceeded("wall")
                 return tracer
             sys.settrace(tracer)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._use_signal:
+            signal.setitimer(signal.ITIMER_PROF, 0)
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old)
+            signal.signal(signal.SIGPROF, self._old_prof)
         else:
             sys.settrace(self._old_trace)
 
 
+def wall_backstop(seconds: float) -> float:
+    """The wall-clock limit beside a CPU-time limit: far beyond what a loaded machine adds."""
+    return max(30.0, 5 * seconds)
+
+
 Case = Callable[[Callable, Tester], None]
+
+
+def _no_case(answer: Callable, t: Tester) -> None:
+    """Stands for the case in a variant's report (the variants run the call themselves)."""
+
+
+def _timeout(description: str, limit: float, kind: str) -> CaseResult:
+    if kind == "wall":
+        why = (f"it waited {wall_backstop(limit):g} s without finishing (and without computing): look for "
+               "something that waits forever, a lock, a queue, a process that never answers (the kernel is fine)")
+    else:
+        why = (f"it was stopped after {limit:.2g} s of computing, twice (once more after a warm-up, in case a "
+               "first call was loading something); look for a loop that never ends (the kernel is fine)")
+    return CaseResult(description, "timeout", {"why": why, "kind": kind})
 
 
 _INFRASTRUCTURE = tuple(str(Path(p).resolve()) for p in (
@@ -460,7 +509,7 @@ class Exercise:
     def __init__(self, key: str, title: str, *, task: str, hints: list[str], solution: Callable,
                  time_limit: float = TIME_LIMIT_S, errors: dict[str, str] | None = None,
                  answer_name: str | None = None, guide: str = "",
-                 equivalent_mutants: dict[str, str] | None = None):
+                 equivalent_mutants: dict[str, str] | None = None, not_varied: dict[str, str] | None = None):
         if key in self.registry:
             raise ValueError(f"an exercise called {key!r} exists already")
         self.key, self.title, self.task = key, title, task
@@ -469,6 +518,9 @@ class Exercise:
         # the reason (hooktutor.course.mutation; a test keeps the list exact)
         self.guide = " ".join(guide.split())
         self.equivalent_mutants = dict(equivalent_mutants or {})
+        # the variants of the first visible case (hooktutor.exercises.variants) this exercise is not
+        # run in, or the aspects not compared, each with its reason: exercise.not_varied["eval"] = "..."
+        self.not_varied = dict(not_varied or {})
         self.hints = list(hints)
         self._solution = solution
         self.time_limit = time_limit
@@ -479,6 +531,8 @@ class Exercise:
         self.wrong_answers: list[tuple[str, Callable, str]] = []
         self.hidden_wrong_answers: list[tuple[str, Callable, str]] = []
         self.wrong_since: dict[str, str] = {}   # label -> claim id: wrong only where that claim holds
+        self.right_answers: list[tuple[str, Callable]] = []   # right alternatives: each must pass
+        self._reference_cpu: dict[int, float] = {}   # case -> CPU seconds of the reference, warmed up
         self._next_hint = 0
         self.registry[key] = self
 
@@ -507,6 +561,14 @@ class Exercise:
             (self.hidden_wrong_answers if hidden else self.wrong_answers).append((label, fn, mentions))
             if since:
                 self.wrong_since[label] = since
+            return fn
+        return register
+
+    def right(self, label: str) -> Callable[[Callable], Callable]:
+        """Decorator: a right answer other than the solution (another technique, another library
+        call); the tests prove it passes every case and every variant, on a loaded machine too."""
+        def register(fn: Callable) -> Callable:
+            self.right_answers.append((label, fn))
             return fn
         return register
 
@@ -544,6 +606,11 @@ class Exercise:
                 results.append(result)
                 if result.status != "pass":
                     break
+            else:
+                varied = self._run_variants(answer)
+                if varied is not None:
+                    results.append(varied)
+                    todo.append(("", None, False))
         finally:
             torch.set_num_threads(threads)
         note = ""
@@ -575,19 +642,53 @@ class Exercise:
         raise AssertionError(f"{self.title}: not solved yet (see the report above)")
 
     def _run_case(self, description: str, case: Case, answer: Callable) -> CaseResult:
-        tester = Tester()
+        settings = variants.global_settings()
         try:
-            with _Deadline(self.time_limit):
+            result = self._run_case_once(description, case, answer, self.time_limit)
+            if result.status == "timeout" and result.detail.get("kind") != "wall":
+                # a first call that loads a kernel or imports a module is no endless loop: warm up
+                # with the reference, then give the answer one more run, with a limit relative to
+                # the reference's CPU time (the floor: the exercise's own limit)
+                limit = max(self.time_limit, 10 * self._reference_seconds(case) + 0.5)
+                result = self._run_case_once(description, case, answer, limit)
+        finally:
+            after = variants.global_settings()
+            variants.restore_globals(settings)
+        changed = variants.globals_changed(settings, after)
+        if changed is not None and result.status == "pass" and "globals" not in self.not_varied:
+            name, before, now = changed
+            return CaseResult(description, "mismatch", {
+                "checked": name, "expected": repr(before), "got": repr(now),
+                "why": variants.globals_nudge(name, before, now)})
+        result.detail.pop("kind", None)
+        return result
+
+    def _reference_seconds(self, case: Case) -> float:
+        """The CPU time of the reference on ``case``, run twice (the first run warms up)."""
+        key = id(case)
+        if key not in self._reference_cpu:
+            spent = 60.0
+            for _ in range(2):
+                start = time.process_time()
+                outcome = self._run_case_once("", case, self._solution, 60.0)
+                spent = time.process_time() - start if outcome.status == "pass" else 60.0
+            self._reference_cpu[key] = spent
+        return self._reference_cpu[key]
+
+    def _run_case_once(self, description: str, case: Case, answer: Callable, limit: float) -> CaseResult:
+        tester = Tester()
+        tester.answer_codes = _codes(answer)
+        tester.root_check = not {"callers_hooks", "all"} & set(self.not_varied)
+        try:
+            with _Deadline(limit):
                 case(answer, tester)
         except Mismatch as m:
             tester.leaks()
             return CaseResult(description, "mismatch", {
                 "checked": m.what, "expected": _fmt(m.expected), "got": _fmt(m.got), "why": m.nudge})
-        except TimeLimitExceeded:
+        except TimeLimitExceeded as e:
             tester.leaks()
-            return CaseResult(description, "timeout", {"why": (
-                f"it was stopped after {self.time_limit:g} s; look for a loop that never ends "
-                "(the kernel is fine)")})
+            return _timeout(description, limit, str(e))
         except NotImplementedError as e:
             tester.leaks()
             if not _raised_in_learner_code(e, answer, case):
@@ -614,14 +715,54 @@ class Exercise:
                   "`finally:` (it has been removed for you).")})
         return CaseResult(description, "pass")
 
+    def _run_variants(self, answer: Callable) -> CaseResult | None:
+        """The first visible case's call again, in the variants of its surroundings
+        (:mod:`hooktutor.exercises.variants`): None when the answer behaves as the reference does."""
+        def run_case(case: Case, fn: Callable) -> None:
+            tester = Tester()
+            try:
+                with _Deadline(max(self.time_limit, 10.0)):
+                    case(fn, tester)
+            except variants.Recorded:
+                pass
+            finally:
+                tester.leaks()
+
+        def deadline() -> _Deadline:
+            return _Deadline(self.time_limit)
+        try:
+            found = variants.run_variants(self, answer, CALLERS_HOOK_IDS, run_case, deadline)
+        except Exception:
+            if variants.STRICT:
+                raise
+            return None
+        if found is None:
+            return None
+        variant, what = found
+        description = variants.VARIANTS[variant]
+        if isinstance(what, variants.Difference):
+            return CaseResult(description, "mismatch", {
+                "checked": what.what, "expected": _fmt(what.expected), "got": _fmt(what.got), "why": what.nudge})
+        if isinstance(what, TimeLimitExceeded):
+            return _timeout(description, self.time_limit, str(what))
+        if isinstance(what, Exception):
+            result = self._crashed(description, what, answer, _no_case)
+            if variant in ("float64", "bfloat16") and result.status == "error":
+                result.detail["why"] = (f"your answer fails when the model and its inputs are in {variant}: "
+                                        "make every tensor of your own in their dtype (torch.zeros_like, "
+                                        "x.new_zeros, .to(x.dtype))")
+            return result
+        return CaseResult(description, "error", {"error": type(what).__name__, "why": "read the error"})
+
     def _crashed(self, description: str, e: Exception, answer: Callable, case: Case) -> CaseResult:
         """An error, said: the answer's own ("raised an error"), or the check's on what the answer gave it."""
         text = f"{type(e).__name__}: {e}".strip().splitlines()[0][:300]
+        why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)), None)
         if self._called_wrongly(e, answer):   # the call never reached the answer's first line
             return CaseResult(description, "error", {"error": text, "why": (
                 f"your function's parameters do not match how the check calls it. The task's answer "
-                f"starts `{self.signature_line()}`: give yours the same parameters, in that order.")})
-        why = next((nudge for pattern, nudge in self.errors.items() if pattern in str(e)), None)
+                f"starts `{self.signature_line()}`: give yours the same parameters, in that order"
+                + (f" ({why})." if why else "."))})
         if _raised_in_learner_code(e, answer, case):
             return CaseResult(description, "error", {"error": text, "why": why or (
                 "read the error: it names what went wrong; the hints help if you are stuck.")})

@@ -54,6 +54,12 @@ each is a way a mutant of a solution, or a learner, got through a check that lac
     parameter, whether each parameter has a ``.grad``, the grad mode, and the hooks of an
     optimizer are as they were after the answer.
 
+Some dimensions every check gets without asking: after its cases pass, the first visible case's
+call runs again in variants of its surroundings (:mod:`hooktutor.exercises.variants`: float64 and
+bfloat16, eval and mixed train/eval modules, a counting caller's hook on every module, a backward
+through the result, every module's state and the process-wide settings compared with the
+reference's). A case still builds these dimensions itself where the task needs more than one call.
+
 Every builder takes a ``seed`` and leaves the global random state alone; every model is
 tiny (a few dozen weights), so a check built from them stays far under its time budget.
 

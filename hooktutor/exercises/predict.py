@@ -54,6 +54,17 @@ def _norm(value: Any) -> Any:
     return value
 
 
+def _same(a: Any, b: Any) -> bool:
+    """Equal values of the same kind: a bool is not an int (``False == 0`` in Python, not here)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
 def _a(noun: str) -> str:
     return ("an " if noun[0] in "aeiou" else "a ") + noun
 
@@ -181,7 +192,7 @@ class Prediction(Exercise):
         allowed = self._allowed(key)
         where = f" for {key!r}" if key is not None else ""
         if allowed is not None:
-            if _norm(got) not in [_norm(a) for a in allowed]:
+            if not any(_same(_norm(got), _norm(a)) for a in allowed):
                 return f"{_show(got)}{where} is not one of the choices: {', '.join(map(_show, allowed))}."
             return None
         kind = bool if isinstance(actual, bool) else type(actual)
@@ -214,7 +225,7 @@ class Prediction(Exercise):
         why = self._read_value(answer, None, actual)
         if why:
             return self._unusable(why, answer)
-        ok = _norm(answer) == _norm(actual)
+        ok = _same(_norm(answer), _norm(actual))
         result = CaseResult("the prediction", "pass" if ok else "mismatch", {
             "got": _show(answer), "expected": _show(actual),
             "why": self.explain.get(str(_norm(answer)), self.explain.get("count", self.summary))})
@@ -235,7 +246,7 @@ class Prediction(Exercise):
                 return self._unusable(why, answer)
         results = []
         for k, truth in actual.items():
-            ok = _norm(answer[k]) == _norm(truth)
+            ok = _same(_norm(answer[k]), _norm(truth))
             results.append(CaseResult(k, "pass" if ok else "mismatch", {
                 "got": f"{k!r}: {_show(answer[k])}", "expected": f"{k!r}: {_show(truth)}",
                 "why": self.explain.get(k, self.summary)}))
@@ -250,7 +261,7 @@ class Prediction(Exercise):
             if why:
                 return self._unusable(why, answer)
         got, truth = [_norm(a) for a in answer], [_norm(a) for a in actual]
-        if got == truth:
+        if _same(got, truth):
             return PredictionReport(self, [CaseResult("the order", "pass")], actual)
         have, want = Counter(got), Counter(truth)
         diffs = []
@@ -260,7 +271,7 @@ class Prediction(Exercise):
                     "got": f"{label!r} {_times(have[label])}", "expected": f"{label!r} {_times(want[label])}",
                     "why": self.explain.get(label, self.explain.get("order", self.summary))}))
         if not diffs:   # the same events, another order: name the first place they part
-            i = next(i for i, (a, b) in enumerate(zip(got, truth)) if a != b)
+            i = next((i for i, (a, b) in enumerate(zip(got, truth)) if not _same(a, b)), min(len(got), len(truth)) - 1)
             diffs.append(CaseResult("the order", "mismatch", {
                 "got": f"{_show(answer)} (place {i + 1}: {got[i]!r})",
                 "expected": f"{_show(actual)} (place {i + 1}: {truth[i]!r})",

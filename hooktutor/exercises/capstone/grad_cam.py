@@ -360,3 +360,6 @@ def _autograd_grad_instead(model, layer, x, target):
     model.train(was_training)
     act = saved["out"].detach()
     return F.relu((grad.mean(dim=(2, 3))[:, :, None, None] * act).sum(dim=1))
+
+
+exercise.equivalent_mutants["context: no-grad"] = "its forward and backward run under torch.enable_grad() anyway"

@@ -300,3 +300,6 @@ def _hooks(model, names):
                 for h in handles:
                     h.remove()
     return Recorder()
+
+
+exercise.not_varied["callers_hooks"] = "symbolic_trace runs the forward without the model's hooks, as the task asks"

@@ -532,3 +532,6 @@ exercise.wrong("model.eval(), then model.train() in the finally:", mentions="as 
     _calibrate(eval_mode="train()"))
 exercise.wrong("model.eval(), then model.train(was) in the finally: (the model's flag only)",
                mentions="as you found it", hidden=True)(_calibrate(eval_mode="train(was)"))
+
+
+exercise.equivalent_mutants["context: no-grad"] = "it runs the model under its own torch.no_grad() already"

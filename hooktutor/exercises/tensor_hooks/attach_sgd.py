@@ -359,3 +359,15 @@ def _tensor_hook(model, lr):
                 p.add_(grad, alpha=-lr)
         return step
     return [p.register_hook(make(p)) for p in model.parameters() if p.requires_grad]
+
+
+@exercise.right("one torch.optim.SGD (no momentum) per parameter, stepped in the hook")
+def _optim_sgd(model, lr):
+    def attach(p):
+        opt = torch.optim.SGD([p], lr=lr)
+
+        def step(param):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return p.register_post_accumulate_grad_hook(step)
+    return [attach(p) for p in model.parameters() if p.requires_grad]

@@ -388,3 +388,7 @@ def _grad_difference(tensors, loss):
         grad = tensors[name].grad
         norms[name] = (grad if old is None else grad - old).norm().item()
     return norms
+
+
+exercise.equivalent_mutants["context: no-grad"] = "loss.backward() runs the same under no_grad: the graph exists"
+exercise.equivalent_mutants["context: inference-mode"] = "the backward of a graph built before the call runs the same"
