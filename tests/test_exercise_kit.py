@@ -245,3 +245,17 @@ def test_variants_opt_out_by_name_and_the_reference_passes_every_variant():
     assert recording is not None and set(recording.reference) == set(variants.VARIANTS)
     applied = {name for name, run in recording.reference.items() if run is not None}
     assert applied == set(variants.VARIANTS) - {"generation"}, "every variant but generation applies to count_calls"
+
+
+def test_the_tensor_witness_survives_a_none_gradient():
+    """A chunk of an output that the loss does not use gets None in backward: the witness (a
+    tensor hook) must take it, as lesson 01 teaches every gradient hook to."""
+    import torch
+
+    from hooktutor.exercises.kit import TensorHookWitness
+
+    x = torch.randn(3, 4, requires_grad=True)
+    a, b = (x * 2).chunk(2, dim=1)
+    with TensorHookWitness({"a": a, "b": b}) as w:
+        (b ** 2).sum().backward()
+    assert w.reached == {"a": 1, "b": 1} and w.grads["a"] is None and w.grads["b"] is not None

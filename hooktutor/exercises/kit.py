@@ -363,9 +363,10 @@ class TensorHookWitness(_Witness):
         super().__init__()
 
     def _probe(self, name: str, tensor: torch.Tensor) -> Any:
-        def witness(grad: torch.Tensor) -> None:
+        def witness(grad: torch.Tensor | None) -> None:
             self.reached[name] += 1
-            self.grads[name] = grad.detach().clone()
+            # a tensor the loss did not use gets None (a chunk of an output): nothing to copy
+            self.grads[name] = None if grad is None else grad.detach().clone()
             if hook_ids(tensor, "tensor") - self._mine:
                 self._with[name] += 1
         return witness
