@@ -97,8 +97,15 @@ def test_nbgrader_gives_full_marks_to_solutions_and_zero_to_the_untouched_editio
 
 
 VISIBLE_ONLY_SOURCE = '''def count_calls(model, x, layer):
-    """Counts where the layer sits in the model, not how often it runs."""
-    return sum(1 for _, m in model.named_modules(remove_duplicate=False) if m is layer)'''
+    """Runs the model twice (a warm-up first) and counts the calls of the second run only."""
+    model(x)
+    calls = []
+    handle = layer.register_forward_hook(lambda m, a, o: calls.append(1))
+    try:
+        model(x)
+    finally:
+        handle.remove()
+    return len(calls)'''
 _namespace: dict = {}
 exec(VISIBLE_ONLY_SOURCE, _namespace)
 VISIBLE_ONLY_ANSWER = _namespace["count_calls"]

@@ -579,6 +579,11 @@ def compare_runs(got: Run, ref: Run, variant: str, off: dict[str, str]) -> None:
                                      "run the model as model(x): model.forward(x) (or a compiled copy that "
                                      "skips them) runs no hook registered on the model itself, and the "
                                      "caller's hooks there must still fire"))
+            if not any(max(c) > 0 for c in got.fired.values()):
+                raise Difference("callers_hooks", "the caller's hooks on the model", "they fire",
+                                 "no module of the model ran", (
+                                     "your answer never ran the model, so nothing it reports was seen: the "
+                                     "task asks you to run model(x) with your hook attached"))
             raise Difference("callers_hooks", f"the caller's hooks on {skipped[0]}", "they fire",
                              "they did not fire", (
                                  f"{skipped[0]} ran with the right answer and its hooks fired; with yours "
@@ -695,7 +700,19 @@ def record(exercise: Any, callers: set[int], run_case: Callable) -> Recording | 
 def run_variants(exercise: Any, answer: Callable, callers: set[int], run_case: Callable,
                  deadline: Callable) -> tuple[str, Difference | BaseException] | None:
     """Run ``answer`` in every variant that applies; the first failure as ``(variant, what)``:
-    a :class:`Difference`, or the exception the answer raised."""
+    a :class:`Difference`, or the exception the answer raised. The variants are the check's own
+    runs, compared with the reference's: a warning torch gives in one of them (a full backward
+    hook whose module's inputs need no grad, in the backward through the result) is not the
+    learner's cell's, and is not shown."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _run_variants(exercise, answer, callers, run_case, deadline)
+
+
+def _run_variants(exercise: Any, answer: Callable, callers: set[int], run_case: Callable,
+                  deadline: Callable) -> tuple[str, Difference | BaseException] | None:
     off = dict(getattr(exercise, "not_varied", {}) or {})
     if "all" in off or isinstance(answer, type):
         return None
