@@ -5,7 +5,8 @@ with other jobs: no test may assert on wall time (how fast things are is benchma
 check_times.py, widget_latency.py, notebook_times.py). This test keeps that true where it is most
 tempting: a lesson under strict nbval (its exercise checks, which stop a learner's code after a
 time limit, included) and the widget tests whose clicks were once timed, each run in a fresh pytest
-while one busy-looping process per core competes for the CPU. It is kept cheap: one short lesson and two widget tests (about 15 s on 2 idle cores).
+while one busy-looping process per core competes for the CPU. It is kept cheap: one short lesson
+and two widget tests (about 15 s on 2 idle cores).
 """
 
 from __future__ import annotations
