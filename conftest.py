@@ -48,6 +48,27 @@ def pytest_collect_file(file_path, parent):
                                      profiles=names)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Where a lesson's stored outputs show another release of a library it teaches than the one
+    installed (hooktutor.course.other_torches.outputs_not_comparable: lesson 12 on Python 3.10,
+    whose last transformers is 5.20.2), its cells still run and must pass their assertions, but
+    their outputs are not compared; a warning in the summary says which lesson and why."""
+    cells = [item for item in items if item.path.suffix == ".ipynb" and hasattr(item, "options")]
+    if not cells:
+        return
+    import warnings
+
+    from hooktutor.course.other_torches import outputs_not_comparable
+
+    why = {path: outputs_not_comparable(path) for path in {item.path for item in cells}}
+    for path, reason in sorted(why.items()):
+        if reason:
+            warnings.warn(pytest.PytestWarning(f"{path.name}: outputs not compared here: {reason}"), stacklevel=1)
+    for item in cells:
+        if why[item.path]:
+            item.options["check"] = False
+
+
 def _relative(node, path):
     return path.relative_to(node.config.rootpath).as_posix()
 

@@ -73,6 +73,19 @@ def goals(results: dict) -> list[tuple[str, str, bool | None]]:
     else:
         why = (widget or {}).get("note", "benchmarks/widget_latency.py was not run")
         rows.append((f"widget toggle-to-update under {WIDGET_GOAL_MS:.0f} ms", why, None))
+    checks = results.get("checks")
+    if checks:
+        slow = [f"{n} {d['ms'] / 1000:.2f} s (budget {d['budget_s']:g} s)" for n, d in checks["jobs"].items()
+                if d["ms"] >= d["budget_s"] * 1000]
+        worst = max(checks["jobs"].items(), key=lambda kv: kv[1]["ms"] / kv[1]["budget_s"])
+        rows.append(("each exercise check under 1 s on its solution (5 s for one that starts processes or "
+                     "compiles), lesson 10's training under 3 s",
+                     (f"over budget: {'; '.join(slow)}" if slow else
+                      f"closest to its budget: {worst[0]} {worst[1]['ms'] / 1000:.2f} s of {worst[1]['budget_s']:g} s "
+                      f"({worst[1]['ratio']:.0f} units)"),
+                     not slow))
+    else:
+        rows.append(("each exercise check under its budget", "", None))
     return rows
 
 
@@ -148,6 +161,16 @@ def markdown(results: dict) -> str:
             out += ["", "Failed in this run:", "", *(f"- `{t}`" for t in shown)]
             if more > 0:
                 out.append(f"- ... and {more} more")
+    checks = results.get("checks")
+    if checks:
+        out += ["", "## Exercise checks", "",
+                "Each check on its solution (visible and hidden cases), and lesson 10's training (40 steps), "
+                f"median of {checks['rounds']} interleaved round(s), wall time, one thread. **units**: the same "
+                "time divided by one SGD step of SmallCNN on 16 images timed right before it "
+                f"({checks['unit_ms']:.2f} ms in this run): a figure of the code, less of the machine's load.",
+                "", "| check | ms | units | budget |", "|---|---|---|---|"]
+        for name, d in sorted(checks["jobs"].items(), key=lambda kv: -kv[1]["ms"]):
+            out.append(f"| {name} | {d['ms']:.0f} | {d['ratio']:.0f} | {d['budget_s']:g} s |")
     widget = results.get("widget")
     if widget:
         out += ["", "## Widget latency", ""]

@@ -4,7 +4,7 @@
     python benchmarks/run.py            # full run: writes benchmarks/results/latest.{md,png,json}
     python benchmarks/run.py --suite    # ... and also times the whole test suite (slow)
     python benchmarks/run.py --quick    # a short run for development; prints, writes nothing
-    python benchmarks/run.py --only hooks,import   # some parts only (hooks, import, notebooks, widget)
+    python benchmarks/run.py --only hooks,import   # some parts only (hooks, import, notebooks, widget, checks)
 
 Started by a Python without torch (a fresh clone), it sets up the course environment the
 way ``course.py`` does and runs itself there. Every comparison is a ratio taken inside this
@@ -22,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-PARTS = ("hooks", "import", "notebooks", "widget")
+PARTS = ("hooks", "import", "notebooks", "widget", "checks")
 DEFAULT_OUT = HERE / "results" / "latest"
 README_START, README_END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
@@ -130,6 +130,7 @@ def main(argv: list[str]) -> int:
         parser.error(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
 
     os.environ.setdefault("MPLBACKEND", "Agg")
+    import check_times
     import hook_overhead
     import import_time
     import notebook_times
@@ -153,6 +154,9 @@ def main(argv: list[str]) -> int:
     if "widget" in parts:
         say("widget latency")
         results["widget"] = widget_latency(python, args.quick)
+    if "checks" in parts:
+        say("exercise checks and lesson 10's training")
+        results["checks"] = check_times.measure(rounds=1 if args.quick else 3, progress=say)
     if args.suite:
         say("the whole test suite (pytest -n auto --dist loadfile --no-loadscope-reorder, as course.py test)")
         results["suite"] = notebook_times.measure_suite(python=python)

@@ -159,6 +159,25 @@ def test_the_counting_allreduce_check_sees_one_bucket_then_several():
         assert ranks[0]["state"] == truth
 
 
+def test_the_counting_allreduce_check_says_when_it_ran_ddp_a_second_time(monkeypatch):
+    import importlib
+
+    from hooktutor.exercises.training_hooks import counting_allreduce as exercise
+
+    module = importlib.import_module("hooktutor.exercises.training_hooks.counting_allreduce")
+    calls = []
+
+    def hangs(*args, **kwargs):
+        calls.append(kwargs.get("timeout"))
+        raise TimeoutError("the 2 processes did not finish in 10 s")
+
+    monkeypatch.setattr(module.distributed, "run", hangs)
+    with pytest.warns(module.RetriedRun, match="did not end .TimeoutError: the 2 processes .*ran once more"):
+        report = exercise.check(exercise.reference)
+    assert len(calls) == 2, "a run that did not end is tried once more, never more"
+    assert not report.passed and "a run that ends" in report.text
+
+
 def test_fp16_compression_rounds_the_gradients_to_half_precision(ranks):
     for name, g in ranks[0]["grads_fp16"].items():
         exact = ranks[0]["grads"][name]

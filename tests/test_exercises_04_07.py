@@ -4,8 +4,6 @@ not as a check that silently stops rejecting its wrong answer)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from torch import nn
@@ -50,12 +48,10 @@ def test_a_hook_that_cuts_the_gradient_leaves_weight_grad_none_and_is_named():
 
 
 @pytest.mark.parametrize("key", sorted(MINE))
-def test_the_solution_passes_visible_and_hidden_cases_quickly(key):
+def test_the_solution_passes_visible_and_hidden_cases(key):
     ex = MINE[key]
-    start = time.perf_counter()
-    report = ex.check(ex.reference, hidden=True)
+    report = ex.check(ex.reference, hidden=True)  # how long it takes: benchmarks/check_times.py
     assert report.passed, report.text
-    assert time.perf_counter() - start < 1.0
 
 
 def test_the_reordered_model_backpropagates_in_another_order_than_named_modules():

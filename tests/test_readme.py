@@ -9,8 +9,9 @@ import nbformat
 
 try:
     import tomllib
-except ImportError:  # Python 3.10
-    from pip._vendor import tomli as tomllib
+except ImportError:  # Python 3.10: tomli (pytest's own dependency there), never pip's copy, whose
+    # import makes a later `import setuptools` fail (nbgrader's: the distutils shim stands aside for pip)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()

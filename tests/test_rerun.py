@@ -25,6 +25,7 @@ repeat after each ``with`` block; a cell whose point is a hook left attached is 
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -34,6 +35,7 @@ from nbclient import NotebookClient
 
 from hooktutor.course import student
 from hooktutor.course.cpu_profiles import RERUN_PROFILE, profile_environment
+from hooktutor.course.other_torches import outputs_not_comparable
 
 pytestmark = pytest.mark.course_env
 
@@ -175,6 +177,10 @@ def test_run_all_blank_then_solved_in_one_kernel_prints_the_stored_outputs(path,
                and "raises-exception" not in c.metadata.get("tags", [])
                for o in c.outputs if o.output_type == "error"]
     assert not stopped, f"{path.name}: cells that stop Run All while the exercises are blank: {stopped}"
+    why = outputs_not_comparable(path)   # lesson 12 on Python 3.10 (conftest.py does the same for nbval)
+    if why:
+        warnings.warn(pytest.PytestWarning(f"{path.name}: outputs not compared here: {why}"), stacklevel=1)
+        return
     where = f"on a CPU computing as {RERUN_PROFILE} does (see hooktutor/course/cpu_profiles.py)"
     for index, (source, a, b) in enumerate(zip(stored, first, second, strict=True)):
         if source.cell_type != "code" or "nbval-ignore-output" in source.metadata.get("tags", []):

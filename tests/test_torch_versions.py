@@ -129,6 +129,26 @@ def test_a_lesson_below_its_transformers_floor_is_not_admitted(tmp_path):
     assert not_admitted(path, "2.1.2", versions={"transformers": "5.0.0"}).startswith("needs torch 2.6")
 
 
+def test_a_lesson_stored_with_another_transformers_runs_uncompared_and_says_why(tmp_path):
+    """Python 3.10's last transformers (its pin) is older than the one lesson 12's outputs are stored
+    with: there the lesson's cells run and assert, uncompared (conftest.py), and only there."""
+    import nbformat
+
+    from hooktutor.course import doctor
+    from hooktutor.course.other_torches import STORED_PYTHON, outputs_not_comparable
+
+    constraints = ROOT / "requirements" / "constraints.txt"
+    stored = doctor.pinned_versions(constraints, STORED_PYTHON)["transformers"]
+    on_310 = doctor.pinned_versions(constraints, (3, 10))["transformers"]
+    lesson = ROOT / "notebooks" / "12_huggingface_hooks.ipynb"
+    assert outputs_not_comparable(lesson, {"torch": "2.13.0", "transformers": stored}) is None
+    assert f"stored with transformers {stored}" in outputs_not_comparable(
+        lesson, {"torch": "2.13.0", "transformers": on_310}) or on_310 == stored
+    plain = tmp_path / "00_x.ipynb"   # a lesson that names no library floor is always compared
+    nbformat.write(nbformat.v4.new_notebook(), plain)
+    assert outputs_not_comparable(plain, {"torch": "2.1.2", "transformers": "4.57.6"}) is None
+
+
 def test_compat_installs_transformers_below_the_floor_in_a_second_step():
     course = course_module()
     assert course.admitted_floor("transformers") == "5.0"

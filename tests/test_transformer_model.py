@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def trained():
     tokens, answers = data.first_token(256, seed=0)
     model = models.TinyTransformer(seed=0)
-    start = time.perf_counter()
     losses = models.train_first_token(model, tokens, answers, steps=40)
-    return model, losses, time.perf_counter() - start
+    return model, losses
 
 
 def test_first_token_enumerates_every_sequence_or_draws_distinct_ones():
@@ -65,9 +63,8 @@ def test_the_model_is_seeded_named_like_the_lesson_and_leaves_the_global_rng_alo
     assert a(data.first_token(3)[0]).shape == (3, 6, 4)
 
 
-def test_training_is_quick_deterministic_and_perfect_with_a_wide_margin(trained):
-    model, losses, seconds = trained
-    assert seconds < 3.0, f"training took {seconds:.1f} s; the lesson needs it in about a second"
+def test_training_is_deterministic_and_perfect_with_a_wide_margin(trained):
+    model, losses = trained  # how long it takes (the lesson wants about a second): benchmarks/check_times.py
     assert not model.training and losses[-1] < 0.01
     again = models.TinyTransformer(seed=0)
     assert models.train_first_token(again, *data.first_token(256, seed=0), steps=40) == losses

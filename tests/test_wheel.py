@@ -24,8 +24,9 @@ import pytest
 
 try:
     import tomllib
-except ImportError:  # Python 3.10
-    from pip._vendor import tomli as tomllib
+except ImportError:  # Python 3.10: tomli (pytest's own dependency there), never pip's copy, whose
+    # import makes a later `import setuptools` fail (nbgrader's: the distutils shim stands aside for pip)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 # what the sdist is built from: the files a checkout has that packaging reads

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -55,19 +53,16 @@ def test_each_pick_patches_one_position_with_a_hook_that_is_gone_afterwards(trai
     assert picker.pick("blocks.1", 5) == pytest.approx(1.0, abs=1e-6) and picker.pick("blocks.1", 0) == 0.0
 
 
-def test_the_controls_redraw_and_a_pick_takes_well_under_100_ms(trained):
+def test_the_controls_redraw_and_every_pick_redraws(trained):
     model, clean, corrupt = trained
     picker = patch_picker(model, clean, corrupt, NAMES)
     before = picker._view.png
     picker.dropdown.value = "blocks.1"  # what choosing it in the page does
     picker.slider.value = 5
     assert picker._view.png != before and "blocks.1 patched at position 5" in picker.status.value
-    timings = []
-    for position in (0, 3, 5, 1, 4):
-        start = time.perf_counter()
+    for position in (0, 3, 5, 1, 4):  # how long a pick takes: benchmarks/widget_latency.py
         picker.slider.value = position
-        timings.append(time.perf_counter() - start)
-    assert sorted(timings)[2] < 0.1, f"a pick took {sorted(timings)[2] * 1000:.0f} ms (median)"
+        assert f"blocks.1 patched at position {position}" in picker.status.value
 
 
 def test_recovery_is_zero_for_the_corrupted_run_and_one_for_the_clean_run(trained):

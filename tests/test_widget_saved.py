@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -131,17 +129,14 @@ def test_a_click_keeps_the_activations_in_bfloat16_the_forward_stays_and_the_gra
     assert toggle.error == 0.0 and "bfloat16 off" in toggle.status_text
 
 
-def test_every_click_redraws_fast_and_the_model_passed_in_is_never_changed(data):
+def test_every_click_redraws_and_the_model_passed_in_is_never_changed(data):
     x, y = data
     model = deep_mlp(depth=4, width=32, seed=0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     toggle = saved_tensors_toggle(model, x, y)
     first = toggle._view.png
-    start = time.perf_counter()
-    toggle.value = True
-    elapsed = time.perf_counter() - start
+    toggle.value = True  # how long a click takes: benchmarks/widget_latency.py
     assert toggle._view.png and toggle._view.png != first
-    assert elapsed < 1.0, f"a click took {elapsed:.2f} s"
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters()) and len(ht.list_hooks(model)) == 0
     assert len(ht.list_hooks(toggle.model)) == 0  # the per-layer pre-hooks live only during a run

@@ -19,8 +19,9 @@ import yaml
 
 try:
     import tomllib
-except ImportError:  # Python 3.10
-    from pip._vendor import tomli as tomllib
+except ImportError:  # Python 3.10: tomli (pytest's own dependency there), never pip's copy, whose
+    # import makes a later `import setuptools` fail (nbgrader's: the distutils shim stands aside for pip)
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW = ROOT / ".github" / "workflows" / "ci.yml"
@@ -68,6 +69,15 @@ def test_the_test_command_runs_on_three_systems_for_every_supported_python():
     ci_run = (ROOT / ".ci" / "run").read_text()
     assert "python3 course.py test" in ci_run  # the README's test command
     assert "python course.py test" in steps(other)
+
+
+def test_the_pythons_doc_names_every_supported_python_and_the_workflow_runs_them():
+    """docs/python-versions.md says which Pythons the lessons and the library tests were run on; each
+    supported Python has its row, and no other (the workflow's matrix is checked above)."""
+    doc = (ROOT / "docs" / "python-versions.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (3\.\d+)\.\d+ \|", doc, flags=re.M)
+    assert rows == supported_pythons(), "one row per supported Python, oldest first"
+    assert "docs/python-versions.md" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_the_wheel_is_built_and_published_by_trusted_publishing_on_a_tag():

@@ -40,10 +40,10 @@ def constraints_file() -> Path | None:
     return candidate if candidate.exists() else None
 
 
-def pinned_versions(path: Path) -> dict[str, str]:
-    """``name -> version`` of the pins that apply to this Python."""
+def pinned_versions(path: Path, python: tuple[int, int] | None = None) -> dict[str, str]:
+    """``name -> version`` of the pins that apply to this Python (or to ``python``, e.g. ``(3, 11)``)."""
     pins: dict[str, str] = {}
-    py = sys.version_info[:2]
+    py = python or sys.version_info[:2]
     for raw in path.read_text().splitlines():
         line = raw.split("#", 1)[0].strip()
         if not line or "==" not in line:

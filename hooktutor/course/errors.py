@@ -44,7 +44,10 @@ def learner_frames(tb: TracebackType | None) -> tuple[TracebackType | None, int]
 def _short_handler(shell: Any, etype: type, value: BaseException, tb: TracebackType | None,
                    tb_offset: int | None = None) -> list[str]:
     short, hidden = learner_frames(tb)
-    stb = shell.InteractiveTB.structured_traceback(etype, value, short or tb, tb_offset=tb_offset)
+    # tb_offset counts IPython's own frames at the top of ``tb``; the short traceback has none
+    # left (IPython 8, Python 3.10's, passes 1 here and would skip the cell's own frame)
+    stb = shell.InteractiveTB.structured_traceback(etype, value, short or tb,
+                                                   tb_offset=0 if short is not None else tb_offset)
     if hidden:
         note = (f"({hidden} frame{'s' if hidden != 1 else ''} of library code (torch, IPython, ...) left out; "
                 "hooktutor.course.errors.show_errors_short(False) shows them)")

@@ -45,8 +45,11 @@ def home(root: Path = ROOT) -> str:
     """``[project.urls] Homepage`` of pyproject.toml: the public home, https://github.com/OWNER/REPO."""
     try:
         import tomllib
-    except ImportError:  # Python 3.10
-        from pip._vendor import tomli as tomllib
+    except ImportError:  # Python 3.10: tomli where installed; pip's copy only as the last resort (importing
+        try:            # pip makes setuptools' distutils shim stand aside: a later `import setuptools` fails)
+            import tomli as tomllib
+        except ImportError:
+            from pip._vendor import tomli as tomllib
     url = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["project"]["urls"]["Homepage"]
     if not re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", url):
         raise ValueError(f"[project.urls] Homepage must be https://github.com/OWNER/REPO, not {url!r}")

@@ -186,6 +186,35 @@ def not_admitted(path: Path, torch_version: str | None = None, versions: dict[st
     return None
 
 
+# The Python the notebooks' outputs are stored with (`python -m hooktutor regen` runs in the course's
+# .venv): its pins in requirements/constraints.txt are the releases the stored outputs show.
+STORED_PYTHON = (3, 11)
+
+
+def outputs_not_comparable(path: Path, versions: dict[str, str] | None = None) -> str | None:
+    """Why the stored outputs of the lesson at ``path`` cannot be compared here, or None.
+
+    A lesson that names a floor of a library other than torch (``needs_transformers``) prints what
+    that library's release does (lesson 12: the output fields, the hidden states a cleared hook
+    dict leaves), and asserts it release by release (hooktutor/course/claims.py). Its stored
+    outputs are those of the release pinned for :data:`STORED_PYTHON`; an older Python can be
+    pinned an older release (Python 3.10: transformers 5.20.2, the last that installs there), whose
+    printed facts differ while every assertion still holds. There the lesson runs cell by cell,
+    every assertion and every declared exception checked, its outputs not compared."""
+    from .doctor import pinned_versions
+
+    have = installed_versions() if versions is None else dict(versions)
+    stored = pinned_versions(Path(__file__).resolve().parents[2] / "requirements" / "constraints.txt",
+                             STORED_PYTHON)
+    for library in floors(path):
+        if library == "torch" or library not in have or library not in stored:
+            continue
+        if have[library] != stored[library]:
+            return (f"its outputs are stored with {library} {stored[library]} (the pin of Python "
+                    f"{'.'.join(map(str, STORED_PYTHON))} and newer); {library} {have[library]} is installed")
+    return None
+
+
 def env_name(result: dict) -> str:
     """``torch 2.13.0+cpu``, or ``transformers 5.0.0 (torch 2.13.0+cpu)`` for a transformers environment
     (a result marked ``transformers_env``)."""

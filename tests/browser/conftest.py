@@ -452,7 +452,7 @@ class Probe:
         out = self.page.locator(".test-probe-out")
         self.page.locator(".test-probe").click()
         self.clicks += 1
-        expect(out).to_contain_text(f"probe {self.clicks}", timeout=5_000)
+        expect(out).to_contain_text(f"probe {self.clicks}", timeout=15_000)
         lines = out.inner_text().strip().splitlines()
         assert "attached to" in lines[1], lines
         return [tuple(line.split()[:3]) for line in lines[3:]]  # after the counter, title and header
@@ -480,16 +480,16 @@ def assert_toggle_round_trip(page, hook: tuple[str, str, str]) -> None:
     assert probe() == []
 
     checkbox.click()  # the real checkbox on the page
-    expect(picture).not_to_have_attribute("src", src_off, timeout=1_000)
-    expect(status).to_contain_text("(1 hook on features.0)", timeout=1_000)
+    expect(picture).not_to_have_attribute("src", src_off, timeout=15_000)
+    expect(status).to_contain_text("(1 hook on features.0)", timeout=15_000)
     expect(status).to_contain_text("hook on · loss ")
     expect(checkbox).to_be_checked()
     assert status.text_content() != text_off
     assert probe() == [hook], "the kernel has exactly the hook the page says"
 
     checkbox.click()
-    expect(status).to_contain_text("(0 hooks on features.0)", timeout=1_000)
-    expect(picture).to_have_attribute("src", src_off, timeout=1_000)  # the same picture as before
+    expect(status).to_contain_text("(0 hooks on features.0)", timeout=15_000)
+    expect(picture).to_have_attribute("src", src_off, timeout=15_000)  # the same picture as before
     expect(status).to_have_text(text_off)
     expect(checkbox).not_to_be_checked()
     assert probe() == []

@@ -241,6 +241,13 @@ def assert_the_stored_outputs(page, saved: Path, source: Path) -> None:
     while saved.stat().st_mtime_ns == before or page.locator(".jp-mod-dirty").count():
         assert time.monotonic() < deadline, f"{saved.name} was not saved within 30 s"
         page.wait_for_timeout(100)
+    from hooktutor.course.other_torches import outputs_not_comparable
+
+    if why := outputs_not_comparable(source):   # lesson 12 on Python 3.10 (conftest.py: the same for nbval)
+        import warnings
+
+        warnings.warn(pytest.PytestWarning(f"{source.name}: outputs not compared here: {why}"), stacklevel=1)
+        return
     ran = nbformat.read(saved, as_version=4).cells
     stored, subs = nbformat.read(source, as_version=4).cells, sanitizers()
     for index, (cell, want) in enumerate(zip(ran, stored, strict=True)):

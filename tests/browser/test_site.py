@@ -59,7 +59,7 @@ def served(site):
                              "--directory", str(site)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while True:
             try:
                 urllib.request.urlopen(base + "/index.html", timeout=2).close()

@@ -31,6 +31,7 @@ import builtins
 import inspect
 import textwrap
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -209,6 +210,10 @@ def _explain_error(error: str) -> str:
     return "read the error above: it happened inside your hook, in the processes the check started"
 
 
+class RetriedRun(RuntimeWarning):
+    """The check's DDP run timed out or lost a process, and ran once more (the report is the second's)."""
+
+
 def _run(answer: Callable, t: Tester, world_size: int, dtype: torch.dtype, passes: int) -> list[dict[str, Any]]:
     try:
         source = answer_source(answer)
@@ -219,10 +224,15 @@ def _run(answer: Callable, t: Tester, world_size: int, dtype: torch.dtype, passe
         try:
             ranks = distributed.run(ddp_worker, world_size, timeout=10, source=source, name=name, dtype=dtype,
                                     passes=passes, bucket_cap_mb=BUCKET_CAP_MB)
-        except (TimeoutError, ProcessExitedException):
+        except (TimeoutError, ProcessExitedException) as first:
             # once more: on torch 2.1 about one forked run in twenty hangs before the hook runs (measured
             # here: 4 checks of 25, never on the pinned torch), and a process forked from a busy test
-            # runner can die of a signal in backward; a hook that hangs or crashes does so again
+            # runner can die of a signal in backward; a hook that hangs or crashes does so again. The
+            # retry is said out loud (a warning under the report, in pytest's summary): never silent
+            why = (str(first).strip().splitlines() or [type(first).__name__])[-1][:200]
+            warnings.warn(f"the check's DDP run on {world_size} processes did not end ({type(first).__name__}: "
+                          f"{why}); it ran once more, and the report is that second run's", RetriedRun,
+                          stacklevel=2)
             ranks = distributed.run(ddp_worker, world_size, timeout=10, source=source, name=name, dtype=dtype,
                                     passes=passes, bucket_cap_mb=BUCKET_CAP_MB)
     except Exception as exc:  # a process that died or hung: a hook that all-reduces on some ranks only
