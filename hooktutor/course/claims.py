@@ -277,13 +277,52 @@ def _graph_count_of(fn, *args) -> int:
 
 def _compile_traces_tensor_hook() -> bool:
     import torch
+    from torch import nn
 
-    def forward(x):
-        y = x * 2
-        y.register_hook(lambda grad: grad * 0.5)   # a hook on an intermediate tensor, no side effect
-        return y * 3
+    # the lesson's set-up: a forward hook registers a tensor hook (no side effect) on the layer's output
+    layer = nn.Linear(2, 2)
+    with layer.register_forward_hook(lambda m, a, o: o.register_hook(lambda grad: grad * 0.5) and None):
+        return _graph_count_of(lambda x: layer(x * 2) * 3, torch.ones(1, 2, requires_grad=True)) == 1
 
-    return _graph_count_of(forward, torch.ones(2, requires_grad=True)) == 1
+
+def _compile_traces_capture_hooks() -> bool:
+    import torch
+    import torch._dynamo
+
+    from .. import capture
+    from ..models import MLP
+
+    model, graphs = MLP(seed=0), []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    try:
+        compiled = torch.compile(model, backend=backend)
+        with capture(compiled):
+            compiled(torch.ones(2, 8))
+    finally:
+        torch._dynamo.reset()
+    return len(graphs) == 1
+
+
+def _export_strict_tensor_hook_grad() -> bool:
+    import torch
+    import torch.export
+    from torch import nn
+
+    layer = nn.Linear(2, 2)
+
+    def hook(module, args, output):   # the lesson's section 5: a tensor hook from a forward hook
+        output.register_hook(lambda grad: grad * 0.5)
+
+    with layer.register_forward_hook(hook):
+        program = torch.export.export(layer, (torch.ones(1, 2),), strict=True)
+    x = torch.ones(1, 2, requires_grad=True)
+    program.module()(x).sum().backward()
+    return x.grad is not None
 
 
 def _compile_module_backward_hook_reason() -> bool:
@@ -475,12 +514,44 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                "releases: 'Compilation of intermediate hooks requires compiled autograd')",
         after="Dynamo traces `register_hook` on an intermediate tensor into the graph when the hook has no "
               "side effect (one graph; a hook that appends to a list still breaks it)",
-        since="2.11.0",
-        evidence="pytorch/pytorch#172126 ('Support hooks on intermediate tensors in dynamo', January 2026, "
-                 "fixing #172020, after the 2.10 branch cut); the 2.1.2 wheel breaks the graph, the 2.13.0 and "
-                 "2.15.0 wheels trace the hook. Releases 2.2 to 2.12 were not run here: the release is taken "
-                 "from the pull request's date",
+        since="2.13.0",
+        evidence="observed with the lesson's set-up (the probe: a forward hook registers the tensor hook): the "
+                 "2.1.2 and 2.11.0 wheels (2.11.0 is what Colab ships) break the graph, the 2.13.0 and 2.15.0 "
+                 "wheels trace the hook; 2.12 was not run, so the first release is bracketed between 2.11.0 and "
+                 "2.13.0. pytorch/pytorch#172126 ('Support hooks on intermediate tensors in dynamo', January "
+                 "2026) made a hook registered in the traced function itself traceable already in 2.11.0; one "
+                 "registered from a module's forward hook came later",
         probe=_compile_traces_tensor_hook,
+    ),
+    Claim(
+        id="compile-traces-capture-hooks",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 4 (capture on a compiled model: which calls record, and the warning)",
+        before="the recording hooks of `hooktutor.capture` break the compiled model's graph at every layer "
+               "(Dynamo does not trace the list method they call): each layer runs outside a graph, so hooks "
+               "added after the first compiled call run too",
+        after="Dynamo traces capture's hooks into the one graph of the compiled model, so what "
+              "compile-skips-late-hook says holds for them: hooks added later are skipped",
+        since="2.13.0",
+        evidence="observed: the 2.11.0 wheel (Colab's) makes 5 graphs for the lesson's MLP with capture's hooks "
+                 "(and warns that it cannot trace `list.append`), the 2.13.0 wheel one; 2.12 was not run, so "
+                 "the first release is bracketed between 2.11.0 and 2.13.0",
+        probe=_compile_traces_capture_hooks,
+    ),
+    Claim(
+        id="export-strict-tensor-hook-grad",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 5 (`torch.export` and a tensor hook that a forward hook registers, strict=True)",
+        before="the program that a strict export of a module makes, whose forward hook registers a tensor hook, "
+               "computes an output whose backward reaches no input: `x.grad` stays None",
+        after="the program's backward reaches the input, with the gradient of the unhooked module (the tensor "
+              "hook is dropped)",
+        since="2.13.0",
+        evidence="observed: the 2.11.0 wheel (Colab's) leaves `x.grad` None, the 2.13.0 wheel fills it; 2.12 was "
+                 "not run, so the first release is bracketed between 2.11.0 and 2.13.0",
+        probe=_export_strict_tensor_hook_grad,
     ),
     Claim(
         id="module-compile-skips-torch-nn-forward",
@@ -530,10 +601,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
               "call, hooks included (`wrap_inline` in torch/_dynamo/eval_frame.py), so the hook is part of "
               "the graph and does not run when it raises; a root of your own class still has its hooks "
               "called by Python around the compiled forward",
-        since="2.13.0",
-        evidence="observed: the 2.1.2 wheel runs the hook, the 2.13.0 and 2.15.0 wheels do not. Releases 2.2 "
-                 "to 2.12 were not run here, so the first release is bracketed between 2.1.2 and 2.13.0; "
-                 "2.13.0 is the first one observed",
+        since="2.11.0",
+        evidence="observed: the 2.1.2 wheel runs the hook, the 2.11.0 (Colab's), 2.13.0 and 2.15.0 wheels do "
+                 "not. Releases 2.2 to 2.10 were not run here, so the first release is bracketed between 2.1.2 "
+                 "and 2.11.0; 2.11.0 is the first one observed",
         probe=_compile_traces_torch_nn_root_hooks,
     ),
     Claim(
