@@ -21,8 +21,8 @@ pyproject.toml changes. It is installed with uv when `uv` is on PATH (several ti
 gets pip's indexes and wheelhouse), else with pip; HOOKTUTOR_INSTALLER=pip or =uv chooses.
 
 compat checks that the lessons hold on the torch a learner may have. For each release in
-COMPAT_TORCH (the oldest that pyproject.toml admits and the newest tested; override with
-`--torch 2.1.2,2.15.0`) it creates .venv-torch-<version> (torch, NumPy 1.x below torch 2.3,
+COMPAT_TORCH (the oldest that pyproject.toml admits, the one Colab ships and the newest tested;
+override with `--torch 2.1.2,2.15.0`) it creates .venv-torch-<version> (torch, NumPy 1.x below torch 2.3,
 the package with its test tools; reinstalled only when pyproject.toml changes), runs the
 library tests there (`-m "not course_env and not browser"`), executes every notebook in it
 (stored outputs are not compared; each untagged cell must run clean and each cell tagged
@@ -67,7 +67,9 @@ def say(msg: str) -> None:
 
 # The torch releases `compat` tests besides the pinned one: the oldest that pyproject.toml
 # admits and the newest that pip installs (update it when torch releases).
-COMPAT_TORCH = ["2.1.2", "2.15.0"]
+# 2.11.0: what Google Colab ships (the pip-freeze of googlecolab/backend-info, August 2026), where the
+# Colab links open the course; update it when Colab moves.
+COMPAT_TORCH = ["2.1.2", "2.11.0", "2.15.0"]
 VERSIONS_DOC = ROOT / "docs" / "torch-versions.md"  # written by compat
 # The transformers releases `compat` tests besides the pinned one, with the pinned torch: the oldest
 # that pyproject.toml admits and the last 4.x (what older snippets were written for).

@@ -41,24 +41,30 @@ def _step(make, dtype, init_scale):
         for handle in handles:
             handle.remove()
     ratio = {k: (seen["hook"] / seen[k]).unique().tolist() if k in seen else None for k in ("pre", "post")}
-    return ratio["pre"], ratio["post"], "pre" in seen, not torch.equal(before, bias)
+    return ratio["pre"], ratio["post"], "pre" in seen, not torch.equal(before, bias), \
+        getattr(optimizer, "_step_supports_amp_scaling", False)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
 def test_step_hooks_under_a_grad_scaler(name, dtype):
-    pre, post, ran, changed = _step(OPTIMIZERS[name], dtype, 2.0 ** 16)
-    if name.endswith("fused"):   # the pre-hook sees the scaled gradient, the post-hook the unscaled one
+    pre, post, ran, changed, unscales_itself = _step(OPTIMIZERS[name], dtype, 2.0 ** 16)
+    # GradScaler leaves the unscaling to an optimizer that says it does it in its step (a fused one):
+    # every fused optimizer here on the pinned torch; fused Adagrad not yet on 2.11.0 (observed), where
+    # GradScaler unscales before its step as for the others
+    release = tuple(int(part) for part in torch.__version__.split("+")[0].split(".")[:2])
+    assert unscales_itself == name.endswith("fused") or release < (2, 13)
+    if unscales_itself:   # the pre-hook sees the scaled gradient, the post-hook the unscaled one
         assert (pre, post, changed) == ([1.0], [65536.0], True)
     else:                        # the scaler unscaled .grad before step(): both see the true gradient
         assert (pre, post, changed) == ([65536.0], [65536.0], True)
-    pre, post, ran, changed = _step(OPTIMIZERS[name], dtype, 2.0 ** 40)
+    pre, post, ran, changed, _ = _step(OPTIMIZERS[name], dtype, 2.0 ** 40)
     if dtype == torch.bfloat16:   # float32's range: 2**40 overflows nothing, the step is taken
         assert ran and changed
         return
     # a step the scaler skips: a fused optimizer's hooks run (and it leaves the weight), the others' do not
     assert not changed
-    assert ran == name.endswith("fused") and (post is not None) == ran
+    assert ran == unscales_itself and (post is not None) == ran
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
