@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -12,7 +10,6 @@ from hooktutor.course import claims
 from hooktutor.exercises import load_all
 
 EXERCISES = load_all()
-HANG_S = 300.0   # far past any check on any machine: only a hang gets here
 WRONG = [(key, label, fn, mentions) for key, ex in EXERCISES.items() for label, fn, mentions in ex.wrong_answers]
 RIGHT = [(key, label, fn) for key, ex in EXERCISES.items() for label, fn in ex.right_answers]
 
@@ -32,15 +29,12 @@ def test_there_are_exercises():
 @pytest.mark.parametrize("key", sorted(EXERCISES))
 def test_solution_passes_and_leaves_no_hooks(key):
     ex = EXERCISES[key]
-    start = time.process_time()
     report = ex.check(ex.reference)
-    elapsed = time.process_time() - start
     assert report.passed, repr(report)
     assert repr(report).startswith("✔")
     # How fast a check is, is a benchmark figure (benchmarks/check_times.py: each check against its
-    # budget and as a multiple of a plain training step timed beside it), never a test: on a machine
-    # shared with other work a wall-time limit fails right answers. Only a hang trips this one.
-    assert elapsed < HANG_S, f"{key}: the check ran {elapsed:.0f} s, as if it hung"
+    # budget and as a multiple of a plain training step timed beside it), never a test: a hang is
+    # stopped by the check's own time limit (hooktutor/exercises/core.py, _Deadline).
 
 
 @pytest.mark.parametrize("key, label, fn", RIGHT, ids=[f"{k}: {lbl}" for k, lbl, _ in RIGHT])
