@@ -176,11 +176,13 @@ def write_student_edition(out_dir: Path, source_dir: Path, *, nbgrader_course: P
         nbformat.write(student, target)
         written.append(target)
         if nbgrader_course is not None:
-            instructor, answers = convert(nb, path.stem, keep_solutions=True)
-            if answers:
+            from .instructor import nbgrader_source  # the instructor's course folder writes the same
+
+            graded = nbgrader_source(path)
+            if graded is not None:
                 folder = nbgrader_course / "source" / path.stem
                 folder.mkdir(parents=True, exist_ok=True)
-                nbformat.write(instructor, folder / path.name)
+                (folder / path.name).write_bytes(graded)
     if nbgrader_course is not None:
         (nbgrader_course / "nbgrader_config.py").write_text(
             NBGRADER_CONFIG.format(stub=STUB))
