@@ -14,7 +14,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - order: applies the renames one after another, on parts already renamed (``0 -> 1 -> 2``);
 - substrings: ``str.replace`` on the whole key (``fc_out`` is not the layer ``fc``, nor is
   ``skip_fc``: a replace of ``'fc.'`` still renames it); a regex over the dots that renames only the
-  first of two equal parts (``block.block.weight``);
+  first of two equal parts (``block.block.weight``); a word-boundary regex ``\\bfc\\b`` (``fc_out`` keeps
+  its name, but ``fc-skip`` does not: ``-`` is no word character, and a layer name may hold one);
 - strict: ``strict=False`` (a checkpoint that lacks a key loads without a word); ``assign=True``
   (the checkpoint's tensors replace the model's parameters, which an optimizer still holds);
 - raises: removes the hook after loading, not in ``finally:`` (a load that fails leaves it);
@@ -93,8 +94,8 @@ exercise = Exercise(
     place one key at a time, which overwrites a key when a new name is another layer's old name (a
     layer inserted in front: `{'0': '1', '1': '2'}`; walking the keys backwards fails when a layer
     is removed in front); applying the renames one after another (`0 -> 1 -> 2`); renaming with
-    `str.replace` (`fc_out` is not `fc`); building a renamed dict without a hook; removing the hook
-    without `finally:` (a load that fails leaves it); `strict=False` (a missing key goes unnoticed)
+    `str.replace` (`fc_out` is not `fc`) or a `\\b` regex (`fc-skip` is not `fc` either); building
+    a renamed dict without a hook; removing the hook without `finally:` (a load that fails leaves it); `strict=False` (a missing key goes unnoticed)
     or `assign=True` (the model's parameters are replaced under the optimizer).""",
 )
 
@@ -198,8 +199,8 @@ def _missing_keys_nudge(message: str, renames: dict, seen: list[int]) -> str:
     if any(part in renames for key in parts for part in key[1:]):
         return "rename every part of the dotted key (nested layers: encoder.layers.0.weight), not just the first"
     if any(new in part and part not in renames.values() for key in parts for part in key for new in renames.values()):
-        return ("rename whole parts of the key, not substrings: 'fc_out' and 'skip_fc' are not the layer 'fc' "
-                "(split the key at '.' and map each part)")
+        return ("rename whole parts of the key, not substrings: 'fc_out', 'skip_fc' and 'fc-skip' are not the "
+                "layer 'fc' (split the key at '.' and map each part)")
     if set(renames) & set(renames.values()):
         return ("here a new name is another layer's old name ('0' becomes '1' while '1' becomes '2'): rename each "
                 "part of a key once, from its old name (a renamed part must not be renamed again), and do not "
@@ -275,9 +276,10 @@ def _(answer, t: Tester) -> None:
 
 
 class _LookAlikes(nn.Module):
-    """A layer ``fc`` (or its new name) next to ``fc_out`` and ``skip_fc``, whose names hold "fc"
-    but are other layers, and ``block.block`` (or its new name twice): a name that appears twice
-    in one key (``block.block.weight``)."""
+    """A layer ``fc`` (or its new name) next to ``fc_out``, ``skip_fc`` and ``fc-skip``, whose names
+    hold "fc" but are other layers (``fc-skip``'s ``-`` is no word character: a ``\\b`` regex
+    renames it), and ``block.block`` (or its new name twice): a name that appears twice in one key
+    (``block.block.weight``)."""
 
     def __init__(self, fc: str, block: str, seed: int) -> None:
         super().__init__()
@@ -286,15 +288,16 @@ class _LookAlikes(nn.Module):
             self.skip_fc = nn.Linear(4, 4)
             self.add_module(block, nn.Sequential(OrderedDict([(block, nn.Linear(4, 4))])))
             self.fc_out = nn.Linear(4, 2)
+            self.add_module("fc-skip", nn.Linear(4, 4))  # a legal module name, not a Python identifier
         self.names = (fc, block)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         fc, block = (getattr(self, name) for name in self.names)
-        return self.fc_out(block(fc(x)) + self.skip_fc(x))
+        return self.fc_out(block(fc(x)) + self.skip_fc(x) + getattr(self, "fc-skip")(x))
 
 
-@exercise.case("renames {'fc': 'linear', 'block': 'layer'}: fc_out and skip_fc keep their names, block.block "
-               "becomes layer.layer", hidden=True)
+@exercise.case("renames {'fc': 'linear', 'block': 'layer'}: fc_out, skip_fc and fc-skip keep their names, "
+               "block.block becomes layer.layer", hidden=True)
 def _(answer, t: Tester) -> None:
     model = t.track(_LookAlikes("linear", "layer", seed=13), "the model")
     old = _LookAlikes("fc", "block", seed=7).state_dict()
@@ -323,9 +326,13 @@ def _renamer(renames: dict, *, order: str = "all at once", parts: str = "every")
     """A pre-hook that renames the keys: all at once, or in place one key at a time ("in place",
     "in place, last key first"); every part of a key, the first part only ("first"), the first
     rename found anywhere in the key, with str.replace ("substring"), every rename in turn on
-    the parts already renamed ("chained"), or one regex over the dots, which consumes the dot
-    between two equal parts ("regex": ``block.block`` becomes ``layer.block``)."""
+    the parts already renamed ("chained"), one regex over the dots, which consumes the dot
+    between two equal parts ("regex": ``block.block`` becomes ``layer.block``), or one
+    word-boundary regex ("word boundary": ``fc-skip`` becomes ``linear-skip``)."""
     def new_key(key: str) -> str:
+        if parts == "word boundary":
+            found = re.compile(r"\b(" + "|".join(map(re.escape, renames)) + r")\b")
+            return found.sub(lambda m: renames[m.group(1)], key)
         if parts == "regex":
             found = re.compile(r"(^|\.)(" + "|".join(map(re.escape, renames)) + r")(\.|$)")
             return found.sub(lambda m: m.group(1) + renames[m.group(2)] + m.group(3), key)
@@ -391,6 +398,8 @@ exercise.wrong("renames in place, the last key first", mentions="another layer's
                hidden=True)(_loader(order="in place, last key first"))
 exercise.wrong("renames with one regex over the dots, (^|\\.)name(\\.|$)", mentions="every part of the dotted key",
                hidden=True)(_loader(parts="regex"))
+exercise.wrong("renames with one word-boundary regex, \\b(name)\\b", mentions="not substrings",
+               hidden=True)(_loader(parts="word boundary"))
 
 
 @exercise.wrong("returns a renamed dict from the pre-hook instead of editing it", mentions="in place")
