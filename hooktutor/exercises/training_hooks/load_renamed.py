@@ -95,8 +95,9 @@ exercise = Exercise(
     layer inserted in front: `{'0': '1', '1': '2'}`; walking the keys backwards fails when a layer
     is removed in front); applying the renames one after another (`0 -> 1 -> 2`); renaming with
     `str.replace` (`fc_out` is not `fc`) or a `\\b` regex (`fc-skip` is not `fc` either); building
-    a renamed dict without a hook; removing the hook without `finally:` (a load that fails leaves it); `strict=False` (a missing key goes unnoticed)
-    or `assign=True` (the model's parameters are replaced under the optimizer).""",
+    a renamed dict without a hook; removing the hook without `finally:` (a load that fails leaves
+    it); `strict=False` (a missing key goes unnoticed) or `assign=True` (the model's parameters are
+    replaced under the optimizer).""",
 )
 
 
