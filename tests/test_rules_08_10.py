@@ -163,6 +163,46 @@ def _linear_pair():
     return a, copy.deepcopy(a)
 
 
+def test_08_the_global_step_hooks_import_by_the_lessons_spelling_and_fire_for_any_optimizer():
+    """Lesson 08, the step-order prediction and the API table: 'from torch.optim.optimizer import
+    register_optimizer_step_pre_hook, and _post_hook likewise': the spelling works, and the hooks
+    fire for an optimizer built after them (RMSprop this time)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    p = nn.Parameter(torch.ones(2))
+    p.grad = torch.ones(2)
+    fired = []
+    with register_optimizer_step_pre_hook(lambda o, a, k: fired.append("pre")), \
+            register_optimizer_step_post_hook(lambda o, a, k: fired.append("post")):
+        torch.optim.RMSprop([p], lr=0.1).step()
+    assert fired == ["pre", "post"]
+
+
+def _ddp_first_buckets(rank, world_size):
+    """DDP's first-pass bucket sizes (bytes) for an Embedding and a Linear, the embedding dense,
+    then sparse; DDP's defaults."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    sizes = {}
+    for sparse in (False, True):
+        with seeded(0):
+            model = nn.Sequential(nn.Embedding(10, 4, sparse=sparse), nn.Linear(4, 3))
+        ddp = DistributedDataParallel(model)
+        ddp(torch.tensor([[1, 2, 3]])).sum().backward()
+        sizes[sparse] = sorted(int(b) for b in str(ddp._get_ddp_logging_data()["bucket_sizes"]).split(","))
+    return sizes
+
+
+def test_08_a_sparse_gradient_gets_a_ddp_bucket_of_its_own_in_the_first_pass():
+    """Lesson 08, section 5: 'the first backward pass puts all dense gradients of one dtype in one
+    bucket ... (a sparse gradient, of nn.Embedding(sparse=True), gets a bucket of its own)'."""
+    from hooktutor import distributed
+
+    (sizes,) = distributed.run(_ddp_first_buckets, 1)
+    assert sizes[False] == [4 * (10 * 4 + 4 * 3 + 3)]  # every gradient float32, dense: one bucket
+    assert sizes[True] == [4 * (4 * 3 + 3), 4 * 10 * 4]  # the sparse embedding's: a bucket of its own
+
+
 # --- lesson 09 -------------------------------------------------------------------------------
 
 def test_09_a_linear_saves_its_input_only_when_its_weight_needs_a_gradient():
