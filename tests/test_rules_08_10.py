@@ -270,6 +270,47 @@ def test_09_an_always_call_forward_hook_fires_with_none_when_the_recomputation_s
     assert seen == [False, True]  # the forward, then the stopped recomputation
 
 
+def test_09_only_the_innermost_saved_tensors_pair_is_called():
+    """Lesson 09, section 1: every operation that saves a tensor calls pack, 'unless a pair entered
+    inside yours takes over: only the innermost pair is called' (save_on_cpu, another pair, a
+    non-reentrant checkpoint's own)."""
+    outer, inner = [], []
+    w = torch.ones(3, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: outer.append(t) or t, lambda t: t):
+        (w * w).sum()
+        assert len(outer) == 2  # mul saves both of its inputs
+        with torch.autograd.graph.save_on_cpu():
+            (w * w).sum()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: inner.append(t) or t, lambda t: t):
+            (w * w).sum()
+        assert len(outer) == 2 and len(inner) == 2
+        ckpt.checkpoint(lambda t: (t * t).sin(), w, use_reentrant=False)
+        assert len(outer) == 3  # the checkpoint's input, not the three tensors its ops saved
+
+
+def test_09_under_torch_func_grad_only_a_tensor_hook_registered_inside_fires():
+    """Lesson 09, the torch.func verdict: 'a tensor hook registered inside the transformed function
+    fires under grad; one registered before it, on a parameter or on the input, does not'."""
+    from torch.func import functional_call, grad
+
+    with seeded(0):
+        lin = nn.Linear(4, 2)
+    x, fired = torch.ones(4, requires_grad=True), []
+    with lin.weight.register_hook(lambda g: fired.append("parameter")), \
+            x.register_hook(lambda g: fired.append("input")):
+        grads = grad(lambda params: functional_call(lin, params, (x,)).sum())(dict(lin.named_parameters()))
+        grad(lambda inp: lin(inp).sum())(x)
+    assert sorted(grads) == ["bias", "weight"] and fired == []
+
+    def inside(inp):
+        out = lin(inp)
+        out.register_hook(lambda g: fired.append("inside"))
+        return out.sum()
+
+    grad(inside)(x)
+    assert fired == ["inside"]
+
+
 # --- lesson 10 -------------------------------------------------------------------------------
 
 def test_10_a_forward_pre_hook_on_a_submodule_switches_the_encoder_fast_path_off():
