@@ -352,3 +352,28 @@ def test_10_the_checks_tracking_keeps_an_encoder_layer_off_its_fast_path():
         t.leaks()
     assert (tracked > untracked) == claims.expected("encoder-fastpath-off-with-hooks")
     assert modules_called() == untracked  # the tracking's hooks are gone again
+
+
+def test_10_a_torch_function_mode_intercepts_a_function_that_has_no_module_hook():
+    """Lesson 10, the recap: a function has no module hook, but 'a TorchFunctionMode intercepts the
+    call itself without a change to the model's code'; lesson 10's plain Block, tanh silenced."""
+    from torch.overrides import TorchFunctionMode
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            with seeded(0):
+                self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return 2 * torch.tanh(self.lin(x))  # a function: no module to hook
+
+    class ZeroTanh(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            return torch.zeros_like(out) if func is torch.tanh else out
+
+    block, inp = Block(), torch.ones(3, 4)
+    with ZeroTanh():
+        silenced = block(inp)
+    assert torch.equal(silenced, torch.zeros(3, 4)) and block(inp).abs().sum() > 0
