@@ -188,6 +188,55 @@ def test_04_the_sigmoid_stack_shrinks_at_every_layer_when_wider_and_in_float64()
     assert all(a > b for a, b in zip(norms, norms[1:]))
 
 
+def test_04_a_new_grad_input_reaches_earlier_layers_only_through_the_module_with_a_skip():
+    """Lesson 04 section 3 (adv0407-O4): what a full hook returns is what flows back INTO the module's
+    input; a skip connection around the module still carries its own share to the layers before."""
+    x = _images(dtype=torch.float64)
+
+    def stem_grad(hooked, detach_body_input):
+        with seeded(0):
+            stem, body = nn.Conv2d(1, 2, 3, padding=1).double(), nn.Conv2d(2, 2, 3, padding=1).double()
+        handle = body.register_full_backward_hook(
+            lambda m, gi, go: tuple(torch.zeros_like(g) for g in gi)) if hooked else None
+        try:
+            h = torch.tanh(stem(x))
+            out = body(h.detach() if detach_body_input else h) + h          # the skip: + h
+            F.cross_entropy(out.flatten(1)[:, :3], torch.tensor([0, 1, 2, 0])).backward()
+        finally:
+            if handle is not None:
+                handle.remove()
+        return stem.weight.grad
+
+    zeroed, skip_only = stem_grad(True, False), stem_grad(False, True)
+    assert zeroed.abs().max() > 0                                   # not zeros: the skip's share
+    assert torch.allclose(zeroed, skip_only, rtol=1e-12, atol=1e-14)  # and nothing through body
+
+
+@pytest.mark.parametrize("register", ["register_full_backward_hook", "register_full_backward_pre_hook"])
+def test_04_a_full_hook_on_a_module_returning_torch_return_types_fails_in_the_forward(register):
+    """Lesson 04 cell 'grad_output has one entry per output tensor' (adv0407-O2): the named tuples of
+    torch.topk/max/sort make the FORWARD of a module with a full backward (pre-)hook raise a TypeError
+    (the hook machinery rebuilds the tuple with type(result)(*items)); a plain tuple of the same
+    tensors works. A torch release that fixes it fails here: then the lesson's sentence goes."""
+    class TopTwo(nn.Module):
+        def __init__(self, plain):
+            super().__init__()
+            self.plain = plain
+
+        def forward(self, h):
+            result = h.topk(2, dim=1)
+            return tuple(result) if self.plain else result
+
+    hook = (lambda m, go: None) if "pre" in register else (lambda m, gi, go: None)
+    named, plain = TopTwo(plain=False), TopTwo(plain=True)
+    assert isinstance(named(torch.randn(3, 4)), tuple)        # it is a tuple of tensors
+    with getattr(named, register)(hook), pytest.raises(TypeError, match="return_types"):
+        named(torch.randn(3, 4, requires_grad=True))
+    with getattr(plain, register)(hook):
+        values, _ = plain(torch.randn(3, 4, requires_grad=True))
+    values.sum().backward()
+
+
 # ---- lesson 05 -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("act", [nn.ReLU, nn.LeakyReLU, nn.ELU, nn.Hardtanh])

@@ -85,8 +85,10 @@ class FullHookWitness(kit.HookWitness):
         return witness
 
 
-def expect_full_hooks(t: Any, witness: FullHookWitness) -> None:
-    """Every module the witness watched ran with a full backward hook of the learner's on it."""
+def expect_full_hooks(t: Any, witness: FullHookWitness, *, pre_hooks_too: bool = False) -> None:
+    """Every module the witness watched ran with a full backward hook of the learner's on it
+    (``pre_hooks_too``: or a full backward pre-hook, for a task that reads only ``grad_output``,
+    which both kinds receive)."""
     names = [name for name, _ in witness.modules]
     legacy = [n for n in names if witness.legacy[n]]
     t.expect(not legacy, what="the kind of backward hook on the Linears", expected="full backward hooks",
@@ -94,11 +96,13 @@ def expect_full_hooks(t: Any, witness: FullHookWitness) -> None:
                  "the numbers are right here, but register_backward_hook is the legacy hook: it sees only "
                  "the last operation of the module, which is wrong for modules made of several; use "
                  "module.register_full_backward_hook"))
-    unhooked = [n for n in names if witness.fired(n, "backward") == 0]
+    unhooked = [n for n in names if witness.fired(n, "backward") == 0
+                and not (pre_hooks_too and witness.fired(n, "backward_pre"))]
     t.expect(not unhooked, what="full backward hooks attached while the model ran", expected=names,
              got=[n for n in names if n not in unhooked], nudge=(
                  "the numbers are right, but not from full backward hooks: the task is to read them in "
-                 "hooks attached with module.register_full_backward_hook"))
+                 "hooks attached with module.register_full_backward_hook"
+                 + (" (or register_full_backward_pre_hook)" if pre_hooks_too else "")))
 
 
 class _SubLinear(nn.Linear):

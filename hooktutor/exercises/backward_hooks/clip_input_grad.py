@@ -2,6 +2,8 @@
 
 Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
+- a list returned instead of a tuple (torch takes it where the input requires grad, refuses it
+  on a first layer);
 - technique: the legacy ``register_backward_hook`` (on a ``Linear`` its ``grad_input`` holds the
   layer's own bias and weight gradients, so they get clamped too); returns a bare tensor instead
   of a tuple with one entry per entry of ``grad_input``; clamps only the upper side; attaches no
@@ -72,11 +74,15 @@ exercise = Exercise(
         "has changed the type of value": (
             "your hook returned a gradient in another dtype than the one it received (a .float()?): "
             "g.clamp(-max_abs, max_abs) keeps the dtype, return it as it is."),
+        "should always return None or None for all gradients": (
+            "on a module whose input needs no grad (the first layer) torch accepts only None or a tuple of "
+            "None from a full backward hook: return a tuple, tuple(...), not a list (here (None,))."),
         "Cannot use both regular backward hooks and full backward hooks": (
             "a legacy register_backward_hook was attached to this module before; use only "
             "register_full_backward_hook."),
     },
-    guide="""returning a tensor instead of a tuple with one entry per entry of `grad_input`; using the
+    guide="""returning a tensor instead of a tuple with one entry per entry of `grad_input`, or a list
+    (torch takes one where the input requires grad, and refuses it on a first layer); using the
     legacy `register_backward_hook`, whose `grad_input` of a `Linear` holds the bias and weight
     gradients, so the layer's own gradients change; clamping `None` entries (keep them `None`);
     clamping only `grad_input[0]` of a module with two inputs; clamping in place with `clamp_`,
@@ -287,6 +293,13 @@ def _(answer, t: Tester) -> None:
 def _bare_tensor(layer, max_abs):
     def hook(module, grad_input, grad_output):
         return grad_input[0].clamp(-max_abs, max_abs)
+    return layer.register_full_backward_hook(hook)
+
+
+@exercise.wrong("returns a list instead of a tuple", mentions="not a list")
+def _a_list(layer, max_abs):
+    def hook(module, grad_input, grad_output):
+        return [None if g is None else g.clamp(-max_abs, max_abs) for g in grad_input]
     return layer.register_full_backward_hook(hook)
 
 

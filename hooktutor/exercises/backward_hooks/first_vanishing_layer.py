@@ -20,6 +20,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   caller's ``x`` require grad;
 - a subclass of ``nn.Linear`` skipped (``type(m) is nn.Linear``);
 - a wrong type: returns ``(name, norm)`` instead of the name.
+
+A right alternative registered with ``exercise.right``: full backward *pre*-hooks, which receive
+``grad_output`` too (the task reads nothing else).
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ def _nested_sigmoid_stack(depth: int, width: int = 16, *, seed: int) -> nn.Seque
 exercise = Exercise(
     "backward_hooks.first_vanishing_layer", "Find where the gradient vanishes",
     task=("write first_vanishing_layer(model, x, threshold) that runs model(x).sum().backward() "
-          "with full backward hooks on every nn.Linear (no in-place op follows one) and returns the "
+          "with full backward hooks on every nn.Linear (or full backward pre-hooks, which also receive "
+          "grad_output; no in-place op follows a Linear) and returns the "
           "name of the first Linear, walking from the output towards the input (a Linear called twice "
           "is met once per call), whose output gradient has a norm below "
           "`threshold` (None if there is none). Every hook must be removed afterwards, also when the "
@@ -201,7 +205,7 @@ def _(answer, t: Tester) -> None:
     with FullHookWitness(_linears(model)) as witness:
         _check_vanishing(answer, t, model, x, threshold, "blocks.2.fc",
                          "first_vanishing_layer(nested stack, x, threshold)")
-    expect_full_hooks(t, witness)
+    expect_full_hooks(t, witness, pre_hooks_too=True)
 
 
 @exercise.case("a threshold equal to the norm of head: below means strictly below")
@@ -413,3 +417,18 @@ exercise.wrong("walks reversed(named_modules()) instead of the order the hooks f
                mentions="order your hooks fire", hidden=True)(_vanishing(order="reversed"))
 exercise.wrong("removes the hooks after backward, not in a finally:", mentions="still attached", hidden=True)(
     _vanishing(remove="after"))
+
+
+@exercise.right("reads grad_output[0] in full backward pre-hooks (they receive grad_output too)")
+def _pre_hooks(model, x, threshold):
+    fired, handles = [], []
+    try:
+        for name, module in model.named_modules():
+            if isinstance(module, nn.Linear):
+                handles.append(module.register_full_backward_pre_hook(
+                    lambda m, grad_output, name=name: fired.append((name, grad_output[0].norm().item()))))
+        model(x).sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return next((name for name, norm in fired if norm < threshold), None)

@@ -18,6 +18,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - late binding: one name for every hook (the loop variable read when the hook fires);
 - a wrong type: forgets to return the dict; stores ``grad_output[0].norm()``, a 0-dim tensor, where
   the task asks for a float.
+
+A right alternative registered with ``exercise.right``: full backward *pre*-hooks, which receive
+``grad_output`` too (the task reads nothing else).
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def output_grad_norms(model, x):
 exercise = Exercise(
     "backward_hooks.output_grad_norms", "Gradient norm per layer",
     task=("write output_grad_norms(model, x) that puts a full backward hook on every nn.Linear "
-          "of `model` (each runs once in the forward, and no in-place op follows it), runs "
+          "of `model` (a full backward pre-hook, which also receives grad_output, will do too; each "
+          "Linear runs once in the forward, and no in-place op follows it), runs "
           "model(x).sum().backward() and returns a "
           "dict: the Linear's name -> the norm (a float) of the gradient with respect to that layer's "
           "output. Every hook must be removed afterwards, also when the model raises. The backward is that "
@@ -177,7 +181,7 @@ def _(answer, t: Tester) -> None:
     x = kit.randn(2, 3, 4, seed=3)
     with FullHookWitness(_linears(model)) as witness:
         _check_norms(answer, t, model, x, "output_grad_norms(nested, x)")
-    expect_full_hooks(t, witness)
+    expect_full_hooks(t, witness, pre_hooks_too=True)
 
 
 @exercise.case("a model that raises halfway through its forward: no hook may stay", hidden=True)
@@ -281,3 +285,18 @@ exercise.wrong("stores 0-dim tensors, not floats: grad_output[0].norm() without 
 @exercise.wrong("forgets to return the dict", mentions="None (nothing was returned)")
 def _returns_nothing(model, x):
     output_grad_norms(model, x)
+
+
+@exercise.right("reads grad_output[0] in full backward pre-hooks (they receive grad_output too)")
+def _pre_hooks(model, x):
+    norms, handles = {}, []
+    try:
+        for name, module in model.named_modules():
+            if isinstance(module, nn.Linear):
+                handles.append(module.register_full_backward_pre_hook(
+                    lambda m, grad_output, name=name: norms.__setitem__(name, grad_output[0].norm().item())))
+        model(x).sum().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return norms

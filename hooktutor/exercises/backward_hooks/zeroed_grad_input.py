@@ -57,8 +57,9 @@ exercise = Prediction(
                            "grad_output and stays as it was (the legacy hook is the one that could zero it).",
         "head.weight.grad": "head comes after fc2: its gradient was computed before backward reached fc2.",
     },
-    summary="replacing grad_input changes every layer before the module, never the module's own "
-            "parameters or the layers after it.",
+    summary="replacing grad_input changes the layers before the module (the share of their gradient "
+            "that flows through it), never the layers after it, nor the own parameters of a module "
+            "that runs once.",
     guide="""`fc2.weight.grad` zero as well (the legacy hook's behaviour; the full hook's `grad_input` is
     only the input's gradient); nothing changes; `head.weight.grad` zero too (backward
     reached `head` before `fc2`).""",

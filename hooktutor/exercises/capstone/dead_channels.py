@@ -15,7 +15,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   in-place op after the layer has changed those values (hidden);
 - raises: removes the hook after ``run()``, not in ``finally:`` (the run crashes);
 - dtype: a float64 model;
-- a wrong type: returns a tensor of channel numbers instead of a list.
+- a wrong type: returns a tensor of channel numbers instead of a list, or
+  ``torch.nonzero(~alive).tolist()``, a list of one-element lists.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ exercise = Exercise(
         "the layer's output may have any number of dimensions: (N, C) after a Linear, (N, C, L) for a "
         "Conv1d, (N, C, H, W) for a Conv2d. Reduce every dimension but the channel dimension 1, for "
         "example (output > 0).transpose(0, 1).flatten(1).any(dim=1)")},
-    guide="""keeping only the last call (combine calls with `alive = alive | fired`); looking at the
+    guide="""keeping only the last call (combine calls with `alive = alive | fired`); returning
+    `torch.nonzero(~alive).tolist()`, a list of one-element lists; looking at the
     first example of each batch only; removing the hook after `run()` but not in a `finally:`;
     assuming a dimension after the channels (4-D outputs, or `.any(dim=0).flatten(1)`), which
     fails on the `(N, C)` output of a `Linear -> ReLU`; counting a nonzero or a positive-mean output as
@@ -114,6 +116,11 @@ def _as_channel_list(got):
 def _expect_dead(t: Tester, got, expected: list[int], what: str, nudge: str) -> None:
     t.expect_type(got, list, what=what,
                   nudge="return a list of ints: [int(c) for c in torch.nonzero(~alive).flatten()]")
+    nested = [c for c in got if isinstance(c, (list, tuple)) or (isinstance(c, torch.Tensor) and c.dim() > 0)]
+    t.expect(not nested, what=what, expected=expected, got=got, nudge=(
+        "return a flat list of ints, one per dead channel: torch.nonzero(~alive) has shape (k, 1), so its "
+        ".tolist() is a list of one-element lists; flatten it first, [int(c) for c in "
+        "torch.nonzero(~alive).flatten()]"))
     got_list = _as_channel_list(got)
     t.expect(got_list == expected, what=what, expected=expected, got=got, nudge=nudge)
 
@@ -285,7 +292,7 @@ def _dead(*, how="channels", combine="or", decide="hook", remove="finally", resu
     """One factory for the near-copy wrong answers: how a call's output is reduced (``_reduce``),
     how calls are combined ("or", "last"), when the outputs are judged ("hook": as they come;
     "later": output.detach() kept, judged after run()), how the hook is removed ("finally",
-    "after") and what is returned ("list", "tensor")."""
+    "after") and what is returned ("list", "tensor", "nested": ``torch.nonzero(~alive).tolist()``)."""
     def answer(model, layer, run):
         state = {"alive": None, "kept": []}
 
@@ -308,6 +315,8 @@ def _dead(*, how="channels", combine="or", decide="hook", remove="finally", resu
             handle.remove()
         if decide == "later":
             state["alive"] = torch.stack([_reduce(o, how) for o in state["kept"]]).any(dim=0)
+        if result == "nested":
+            return torch.nonzero(~state["alive"]).tolist()
         dead = [int(c) for c in torch.nonzero(~state["alive"]).flatten()]
         return dead if result == "list" else torch.tensor(dead, dtype=torch.long)
     return answer
@@ -319,6 +328,8 @@ exercise.wrong("removes the hook after run() but not in a finally", mentions="st
     _dead(remove="after"))
 exercise.wrong("returns the tensor of channel numbers, not a list", mentions="should be a list")(
     _dead(result="tensor"))
+exercise.wrong("returns torch.nonzero(~alive).tolist(): a list of one-element lists", mentions="flat list of ints")(
+    _dead(result="nested"))
 exercise.wrong("assumes 4-D outputs: amax(dim=(0, 2, 3))", mentions="any number of dimensions")(_dead(how="4d"))
 exercise.wrong("reduces with .any(dim=0).flatten(1): needs a dimension after the channels",
                mentions="(N, C) after a Linear")(_dead(how="old"))

@@ -95,7 +95,8 @@ exercise = Prediction(
                                 "the in-place ReLU modifying that view raises a RuntimeError in the forward pass.",
     },
     summary="detach() shares memory and is overwritten; clone() and tensor hooks are safe; a full "
-            "backward hook next to an in-place module raises.",
+            "backward hook raises when an in-place module writes into the output it wrapped (here the "
+            "BatchNorm's, which requires grad).",
     guide="""`output.detach()` gives the right values (the popular claim: it shares memory, the ReLU
     overwrites it); every way breaks (`clone()` and a tensor hook registered before the in-place op
     are safe); a full backward hook just works (it raises in the forward pass).""",
