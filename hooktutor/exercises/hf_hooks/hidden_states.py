@@ -62,7 +62,8 @@ exercise = Exercise(
           ".hidden_states would hold, in the same order; remove your hooks, also when the model raises"),
     hints=[
         "Section 3 compared the two: hidden_states[0] is what the first decoder layer receives (in a Llama with no "
-        "pre-hook on layer 0, what model.model.embed_tokens returns), hidden_states[i] what model.model.layers[i - 1] returns...",
+        "pre-hook on layer 0, what model.model.embed_tokens returns), hidden_states[i] what "
+        "model.model.layers[i - 1] returns...",
         "... except the last entry: it is the model's own output, last_hidden_state, which in a Llama is what the "
         "final norm, model.model.norm, returns, not the last layer's output. Count: one more entry than there "
         "are layers.",
