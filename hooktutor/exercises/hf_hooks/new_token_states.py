@@ -84,7 +84,9 @@ exercise = Exercise(
     (the last token chosen is never fed back); a T5 decoder block's tuple not unpacked; the
     hook removed without `finally:`; `use_cache=False` (the states agree: the check looks at
     the lengths of the calls); no hook during `generate()` and one forward afterwards (the
-    check looks at which calls had a hook on the block).""",
+    check looks at which calls had a hook on the block); no `min_new_tokens` (generation stops once
+    every sequence has produced the model's EOS); only the new tokens returned instead of the whole
+    sequences that `generate()` returned.""",
 )
 
 
