@@ -1,7 +1,8 @@
 """FSDP2 on two gloo processes (hooktutor/fsdp.py, 13_hooks_at_work): list_hooks and remove_hooks
 recognise fully_shard's hooks as PyTorch's, the lesson's rule on what a hook sees holds on set-ups
 other than the lesson's (a unit that keeps its weight after forward, layers inside a unit, a unit
-inside a unit, a LayerNorm), and fsdp.run runs a notebook's worker from its source."""
+inside a unit, a LayerNorm, hooks registered before fully_shard), and fsdp.run runs a notebook's
+worker from its source."""
 
 from __future__ import annotations
 
@@ -61,6 +62,11 @@ def rules_worker(rank: int, world_size: int) -> dict:
     fully_shard(mlp.head)
     fully_shard(mlp)
     handles = _views(mlp.fc1, "fc1", saw) + _views(mlp.fc2, "fc2 kept", saw)
+    # 1b. hooks registered BEFORE fully_shard: FSDP2 appends its freeing forward hook after them
+    early = MLP(seed=0)
+    handles += _views(early.fc1, "fc1 hooked before", saw)
+    fully_shard(early.fc1)
+    fully_shard(early)
     # 2. a block unit holding a Linear, a LayerNorm and a unit of its own (nested fully_shard)
     nested = _nested()
     block, inner = nested[0], nested[0][2]
@@ -78,7 +84,7 @@ def rules_worker(rank: int, world_size: int) -> dict:
     handles.append(block[0].register_forward_pre_hook(hook_gathered))
     x, y = distributed.local_batch(rank)
     try:
-        for model in (mlp, nested):
+        for model in (mlp, early, nested):
             nn.functional.cross_entropy(model(x), y).backward()
     finally:
         for handle in handles + [saw.pop("gathered")]:
@@ -165,6 +171,10 @@ def test_the_rule_on_other_set_ups(rules):
             assert saw[f"{unit}: pre"].startswith(FULL) and saw[f"{unit}: forward, prepend"].startswith(FULL)
             assert saw[f"{unit}: pre, prepend"].startswith("DTensor")
             assert saw[f"{unit}: forward"].startswith("DTensor")
+        # hooks registered before fully_shard: FSDP2's freeing forward hook comes after a forward hook,
+        # its gathering pre-hook (prepended) before every pre-hook: each of them sees the full weight
+        for kind in ("pre", "pre, prepend", "forward", "forward, prepend"):
+            assert saw[f"fc1 hooked before: {kind}"] == "Parameter (16, 8)", (kind, saw[f"fc1 hooked before: {kind}"])
         # a unit that keeps its weight after forward: its forward hook sees the full weight
         assert saw["fc2 kept: forward"] == "Parameter (16, 16)"
         assert saw["fc2 kept: pre, prepend"].startswith("DTensor")

@@ -1,8 +1,10 @@
-"""The general rules of 13_hooks_at_work's mixed-precision section (its recap and verdicts), checked on
+"""The general rules of 13_hooks_at_work's mixed-precision and per-example sections (recap, verdicts), on
 set-ups other than the lesson's own: other optimizers (fused and not), bfloat16 beside float16, a
 convolution beside a Linear. The lesson shows SGD, fused Adam and fused SGD on an MLP in float16."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
@@ -85,3 +87,71 @@ def test_a_forward_hook_sees_the_lowered_dtype_of_a_conv_and_the_given_one_of_a_
     assert seen["Conv2d"] == (torch.float32, dtype)
     assert seen["LayerNorm"] == (dtype, dtype)
     assert model[0].weight.grad.dtype == torch.float32   # the parameter and its gradient stay float32
+
+
+def _per_example(model, x, y, one_input_per_layer):
+    """Per-example gradients of every Linear's weight from a pre-hook and a full backward hook, for a
+    cross-entropy summed over the batch: one input kept per layer (lesson 13's section 3 function) or
+    one per call (exercise 1's rule), the uses of a Linear summed."""
+    kept, grads, handles = {}, {}, []
+
+    def keep(module, args):
+        if one_input_per_layer:
+            kept[module] = [args[0].detach()]
+        else:
+            kept.setdefault(module, []).append(args[0].detach())
+
+    def per_example(module, grad_input, grad_output):
+        a = kept[module][-1] if one_input_per_layer else kept[module].pop()
+        g = torch.einsum("bo,bi->boi", grad_output[0], a)
+        grads[module] = g if one_input_per_layer or module not in grads else grads[module] + g
+
+    for layer in model.modules():
+        if isinstance(layer, nn.Linear):
+            handles += [layer.register_forward_pre_hook(keep), layer.register_full_backward_hook(per_example)]
+    try:
+        with warnings.catch_warnings():   # the first Linear's input needs no grad: harmless here
+            warnings.filterwarnings("ignore", "Full backward hook is firing")
+            F.cross_entropy(model(x), y, reduction="sum").backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {name: grads[m] for name, m in model.named_modules() if m in grads}
+
+
+class _TwiceLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            self.block, self.head = nn.Linear(4, 4), nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.block(torch.tanh(self.block(x)))))
+
+
+def test_per_example_gradients_of_a_linear_called_twice_need_one_input_per_call():
+    """Lesson 13, section 3: one kept input per layer is silently wrong on a Linear called twice; one per
+    call, popped in backward, with the two uses summed, equals torch.func."""
+    from torch.func import functional_call, grad, vmap
+
+    model = _TwiceLinear()
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    y = torch.tensor([0, 1, 2, 0, 1, 2])
+    params = {name: p.detach() for name, p in model.named_parameters()}
+    one = lambda p, inp, label: F.cross_entropy(functional_call(model, p, (inp[None],)), label[None],  # noqa: E731
+                                                reduction="sum")
+    want = vmap(grad(one), in_dims=(None, 0, 0))(params, x, y)["block.weight"]
+    # sums of a few float32 products in another order: 1e-6; the wrong pairing is off by 1e-1 and more
+    assert torch.allclose(_per_example(model, x, y, one_input_per_layer=False)["block"], want, atol=1e-5)
+    assert not torch.allclose(_per_example(model, x, y, one_input_per_layer=True)["block"], want, atol=1e-2)
+
+
+def test_a_full_backward_hook_makes_an_in_place_op_on_the_output_raise():
+    """Lesson 13, section 3: nn.ReLU(inplace=True) after a Linear that carries a full backward hook raises."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(inplace=True), nn.Linear(8, 3))
+    x, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
+    with pytest.raises(RuntimeError, match="is being modified inplace"):
+        _per_example(model, x, y, one_input_per_layer=False)

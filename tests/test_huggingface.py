@@ -416,6 +416,71 @@ def test_an_architecture_without_capture_outputs_leaves_no_hook_and_shows_a_late
     assert not torch.equal(steered[1], plain[1]) and len(ht.list_hooks(model)) == 0
 
 
+def test_a_pre_hook_on_the_first_block_does_not_show_in_hidden_states_without_capture_outputs(configs):
+    """Lesson 12's recap scopes "hidden_states[0] is what the first layer receives, a pre-hook changes it"
+    to capture_outputs architectures: Bloom's loop records its entry before it calls the block, so the
+    entry is what block 0 receives without its pre-hooks, and one that doubles it does not show."""
+    model = transformers.BloomForCausalLM(transformers.BloomConfig(vocab_size=VOCAB, hidden_size=16, n_layer=2,
+                                                                   n_head=2)).eval()
+    received = {}
+    with model.transformer.h[0].register_forward_pre_hook(lambda m, args: received.update(x=args[0])):
+        plain = model(IDS, output_hidden_states=True).hidden_states
+    with model.transformer.h[0].register_forward_pre_hook(lambda m, args: (2 * args[0], *args[1:])):
+        doubled = model(IDS, output_hidden_states=True).hidden_states
+    assert torch.equal(plain[0], received["x"])   # what block 0 receives ...
+    assert torch.equal(doubled[0], plain[0])      # ... before its pre-hooks ran
+
+
+def test_the_default_attention_depends_on_the_architecture():
+    """Lessons 12's "sdpa, the default" is Llama's and T5's (a config that names no attention); Bloom,
+    which has no sdpa path, defaults to eager."""
+    t = transformers
+    made = {
+        "llama": t.LlamaForCausalLM(t.LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32,
+                                                  num_hidden_layers=1, num_attention_heads=2,
+                                                  num_key_value_heads=1)),
+        "t5": t.T5ForConditionalGeneration(t.T5Config(vocab_size=VOCAB, d_model=16, d_kv=8, d_ff=32, num_layers=1,
+                                                      num_heads=2)),
+        "bloom": t.BloomForCausalLM(t.BloomConfig(vocab_size=VOCAB, hidden_size=16, n_layer=1, n_head=2)),
+    }
+    assert {name: model.config._attn_implementation for name, model in made.items()} == {
+        "llama": "sdpa", "t5": "sdpa", "bloom": "eager"}
+
+
+def test_generate_without_min_new_tokens_stops_at_eos_with_fewer_calls(configs):
+    """Lesson 12, section 5: "new_tokens calls in all" holds when generation runs to its end: without
+    min_new_tokens, a sequence whose second greedy token is the EOS stops there, after two calls."""
+    model, one = build(configs, "llama"), IDS[:1]
+    free = model.generate(one, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    assert free.shape == (1, 9)
+    model.generation_config.eos_token_id = int(free[0, 6])   # the second new token is now the EOS
+    calls = []
+    with model.model.layers[0].register_forward_hook(lambda m, args, out: calls.append(ht_first(out).shape[1])):
+        stopped = model.generate(one, max_new_tokens=4, do_sample=False)
+    assert int(free[0, 5]) != int(free[0, 6])   # the EOS is not also the first new token
+    assert stopped.shape == (1, 7) and calls == [5, 1]
+
+
+def test_generate_on_t5_runs_the_encoder_once_and_the_decoder_one_token_per_call(configs):
+    """Lesson 12, section 5, on an encoder-decoder: the encoder's blocks run once, on the prompt; the
+    decoder's blocks never see the prompt: every one of their new_tokens calls has one token (the first,
+    the decoder's start token)."""
+    model, lengths = build(configs, "t5"), {"encoder.block.0": [], "decoder.block.0": []}
+    handles = [model.get_submodule(name).register_forward_hook(
+        lambda m, args, out, name=name: lengths[name].append(ht_first(out).shape[1])) for name in lengths]
+    try:
+        model.generate(IDS, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert lengths == {"encoder.block.0": [IDS.shape[1]], "decoder.block.0": [1, 1, 1, 1]}
+
+
+def ht_first(output):
+    """The hidden states in what a block returns: the tensor, or element 0 of a tuple."""
+    return output[0] if isinstance(output, tuple) else output
+
+
 def test_position_ids_count_each_rows_tokens_from_its_first_real_one_under_left_padding(configs):
     """Lesson 12, section 5: under generate() the decoder layers get position_ids; in a left-padded batch
     they count each row's real tokens, so position 2 is another column in each row."""

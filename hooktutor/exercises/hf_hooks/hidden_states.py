@@ -54,13 +54,16 @@ def hidden_states_by_hooks(model, input_ids):
 
 exercise = Exercise(
     "hf_hooks.hidden_states", "output_hidden_states, with your own hooks",
-    task=("write hidden_states_by_hooks(model, input_ids) for a LlamaForCausalLM: run model(input_ids) once, "
+    task=("write hidden_states_by_hooks(model, input_ids) for a LlamaForCausalLM that carries no hook changing "
+          "what a module receives or returns (so that what the embeddings return is what the first decoder layer "
+          "receives: a pre-hook on layer 0 would change hidden_states[0], section 3): run model(input_ids) once, "
           "without output_hidden_states or output_attentions (so that transformers installs no hooks of its own), "
           "and return a tuple of detached copies equal to what model(input_ids, output_hidden_states=True)"
           ".hidden_states would hold, in the same order; remove your hooks, also when the model raises"),
     hints=[
-        "Section 3 compared the two: hidden_states[0] is what the first decoder layer receives (in a Llama, what "
-        "model.model.embed_tokens returns), hidden_states[i] what model.model.layers[i - 1] returns...",
+        "Section 3 compared the two: hidden_states[0] is what the first decoder layer receives (in a Llama with no "
+        "pre-hook on layer 0, what model.model.embed_tokens returns), hidden_states[i] what "
+        "model.model.layers[i - 1] returns...",
         "... except the last entry: it is the model's own output, last_hidden_state, which in a Llama is what the "
         "final norm, model.model.norm, returns, not the last layer's output. Count: one more entry than there "
         "are layers.",

@@ -16,6 +16,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   calls (the last token chosen is never fed back): an answer that expects ``new_tokens`` one-token
   calls is caught;
 - raises: the hook removed without ``finally:``;
+- generate's arguments: no ``min_new_tokens`` (generation stops once every sequence has produced the
+  model's EOS: a case whose EOS is its second greedy choice); only the new tokens returned instead of
+  what ``generate()`` returned;
 - nd: batches of one and two sequences, one and four new tokens.
 """
 
@@ -58,8 +61,10 @@ exercise = Exercise(
           "tokens greedily with the KV cache (model.generate(input_ids, max_new_tokens=new_tokens, "
           "min_new_tokens=new_tokens, do_sample=False)) while a forward hook on `block` (a decoder block: a "
           "tensor, or a tuple with the hidden states first) records, for each new token, the block's hidden "
-          "state at the position that predicted it; return (the generated ids, a tensor of shape "
-          "(batch, new_tokens, hidden)); remove the hook, also when generate raises"),
+          "state at the position that predicted it; return (what generate returned: the prompt followed by the "
+          "new tokens, and a tensor of shape (batch, new_tokens, hidden)); remove the hook, also when generate "
+          "raises. Pass min_new_tokens: without it generation stops early once every sequence has produced "
+          "the model's EOS token"),
     hints=[
         "Section 5: with the cache, the block is called once with the whole prompt (that call predicts the first "
         "new token), then once for each further token with a sequence of length 1: `new_tokens` calls in all, "
@@ -79,7 +84,9 @@ exercise = Exercise(
     (the last token chosen is never fed back); a T5 decoder block's tuple not unpacked; the
     hook removed without `finally:`; `use_cache=False` (the states agree: the check looks at
     the lengths of the calls); no hook during `generate()` and one forward afterwards (the
-    check looks at which calls had a hook on the block).""",
+    check looks at which calls had a hook on the block); no `min_new_tokens` (generation stops once
+    every sequence has produced the model's EOS); only the new tokens returned instead of the whole
+    sequences that `generate()` returned.""",
 )
 
 
@@ -128,6 +135,10 @@ def _tokens_case(answer: Callable, t: Tester, model, ids: torch.Tensor, name: st
     t.expect_type(sequences, torch.Tensor, what="the generated ids", nudge="return what generate() returned")
     t.expect_type(states, torch.Tensor, what="the states", nudge="stack the recorded states into one tensor")
     length = (1 if decoder else ids.shape[1]) + new
+    t.expect(tuple(sequences.shape) != (ids.shape[0], new) or new == length, what="the generated ids",
+             expected=f"the whole sequences, shape {(ids.shape[0], length)}", got="the new tokens only", nudge=(
+                 "return what generate() returned, the prompt followed by the new tokens (a T5: the decoder's "
+                 "start token, then the new ones); only the states are one per new token"))
     t.expect(tuple(sequences.shape) == (ids.shape[0], length), what="the shape of the generated ids",
              expected=(ids.shape[0], length), got=tuple(sequences.shape),
              nudge=f"generate exactly {new} new tokens (max_new_tokens and min_new_tokens)")
@@ -163,6 +174,15 @@ def _(answer, t: Tester) -> None:
 @exercise.case("a tiny Llama, one sequence, one new token (only the prompt pass), at model.layers.1")
 def _(answer, t: Tester) -> None:
     _tokens_case(answer, t, llama(61), IDS[1:], "model.layers.1", 1)
+
+
+@exercise.case("a tiny Llama whose EOS token is its second greedy choice: still exactly 4 new tokens")
+def _(answer, t: Tester) -> None:
+    model, ids = llama(75), IDS[:1]
+    # the EOS is what greedy generation picks second: generate() without min_new_tokens stops there
+    early = model.generate(ids, max_new_tokens=4, do_sample=False)
+    model.generation_config.eos_token_id = int(early[0, ids.shape[1] + 1])
+    _tokens_case(answer, t, model, ids, "model.layers.0", 4)
 
 
 @exercise.case("generate() raises: the hook must go")
@@ -213,6 +233,30 @@ def _tokens_after_the_fact(model, input_ids, block, new_tokens):
             model(sequences[:, :-1], use_cache=False)
     start = 0 if model.config.is_encoder_decoder else input_ids.shape[1] - 1
     return sequences, kept[-1][:, start:].detach()
+
+
+@exercise.wrong("no min_new_tokens: generation stops at the model's EOS", mentions="min_new_tokens")
+def _tokens_no_min(model, input_ids, block, new_tokens):
+    states = []
+    handle = block.register_forward_hook(lambda m, a, o: states.append(first(o)[:, -1]))
+    try:
+        sequences = model.generate(input_ids, max_new_tokens=new_tokens, do_sample=False)
+    finally:
+        handle.remove()
+    return sequences, torch.stack(states, dim=1)
+
+
+@exercise.wrong("returns only the new tokens, not what generate() returned", mentions="prompt followed by")
+def _tokens_new_ids_only(model, input_ids, block, new_tokens):
+    sequences, states = _generate_and_keep(model, input_ids, block, new_tokens)
+    start = 1 if model.config.is_encoder_decoder else input_ids.shape[1]
+    return sequences[:, start:], states
+
+
+def _generate_and_keep(model, input_ids, block, new_tokens):
+    states = []
+    sequences = _generate_with(model, input_ids, block, new_tokens, lambda m, a, o: states.append(first(o)[:, -1]))
+    return sequences, torch.stack(states, dim=1)
 
 
 @exercise.wrong("position 0 of each call", mentions="last position")

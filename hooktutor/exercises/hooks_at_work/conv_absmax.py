@@ -17,7 +17,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   state kept across calls;
 - twice: a conv called twice in one forward (both calls count);
 - nested: ``named_children()`` misses the convs inside submodules; keys that are not the
-  qualified names;
+  qualified names; every convolution kind hooked (``nn.modules.conv._ConvNd``: a ConvTranspose2d and a
+  Conv1d too, kept-for-grading case);
 - nd: channels-last input (the shape is still (N, C, H, W); ``view`` fails on it, ``reshape`` or
   ``amax(dim=...)`` does not);
 - dtype: float64 and bfloat16 models (the result stays in the input's dtype: abs and max are exact
@@ -97,20 +98,21 @@ exercise = Exercise(
         "number@8: 0 -> -1": "nn.Conv2d's forward takes one argument: args has one entry, args[-1] is args[0]",
     },
     guide="""`type(module) is nn.Conv2d` (misses subclasses, such as quantization-aware training's
-    convs: `isinstance`); a forward hook on the output (one value per output channel: the statistic of the
-    next layer's input, not this one's); reducing over the wrong dimensions (the last one, or a
-    dimension found by its size, wrong when H equals C); no `abs()`; keeping only the last batch's
-    maximum; a list of every activation (or of every call's maxima, even as Python floats) max'ed
-    at the end, which grows with the calibration set (the point of streaming statistics in hooks
-    is that it does not); a forward hook that reads `args[0]`: the right numbers from the wrong
-    hook; the running maximum kept on each conv as a buffer or an attribute, observer style, and left
-    there (the model's `state_dict` gains keys: a checkpoint saved before calibration no longer
-    loads); `view` on a channels-last
-    input; no `torch.no_grad()`, so every statistic holds the autograd graph; `model.eval()` then
+    convs: `isinstance`); every convolution kind hooked (`nn.modules.conv._ConvNd`, or a test on
+    `in_channels`: a ConvTranspose2d and a Conv1d too); a forward hook on the output (one value per
+    output channel: the statistic of the next layer's input, not this one's); reducing over the
+    wrong dimensions (the last one, or a dimension found by its size, wrong when H equals C); no
+    `abs()`; keeping only the last batch's maximum; a list of every activation (or of every call's
+    maxima, even as Python floats) max'ed at the end, which grows with the calibration set (the
+    point of streaming statistics in hooks is that it does not); a forward hook that reads
+    `args[0]`: the right numbers from the wrong hook; the running maximum kept on each conv as a
+    buffer or an attribute, observer style, and left there (the model's `state_dict` gains keys: a
+    checkpoint saved before calibration no longer loads); `view` on a channels-last input; no
+    `torch.no_grad()`, so every statistic holds the autograd graph; `model.eval()` then
     `model.train()` in the `finally:` (a model given in eval mode leaves in train mode; even
     `model.train(was)` misses a submodule in another mode than its parent); hooks left when the
-    model raises. Ask which statistic a quantizer needs to scale a conv's input
-    (this one) and which hook sees that input (a pre-hook).""",
+    model raises. Ask which statistic a quantizer needs to scale a conv's input (this one) and which
+    hook sees that input (a pre-hook).""",
 )
 
 
@@ -164,6 +166,21 @@ class _RaisingConv(nn.Module):
         if self.fail:
             raise kit.KitError("the check's model raised halfway through its forward (on purpose)")
         return self.conv2(h)
+
+
+class _OtherConvs(nn.Module):
+    """``line(conv(up(x)).flatten(2))``: a ``ConvTranspose2d``, a ``Conv2d`` and a ``Conv1d``, of which
+    only ``conv`` is an ``nn.Conv2d``. Input ``(N, 2, H, W)``."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        with seeded(seed):
+            self.up = nn.ConvTranspose2d(2, 3, 2, stride=2)
+            self.conv = nn.Conv2d(3, 3, 3, padding=1)
+            self.line = nn.Conv1d(3, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.line(self.conv(self.up(x)).flatten(2))
 
 
 def _batches(shapes: list[tuple[int, ...]], seed: int, dtype: torch.dtype = torch.float32,
@@ -400,6 +417,21 @@ def _(answer, t: Tester) -> None:
     _expect_absmax(t, _call(answer, model, small), ref, "the second conv_absmax(net, batches)")
 
 
+@exercise.case("a ConvTranspose2d and a Conv1d beside a Conv2d: only the nn.Conv2d is calibrated", hidden=True)
+def _(answer, t: Tester) -> None:
+    model = t.track(_OtherConvs(seed=8), "a model with three convolution kinds")
+    batches = _batches([(2, 2, 3, 3), (3, 2, 3, 3)], seed=8)
+    ref = _Reference(model, batches)
+    got = _call(answer, model, batches)
+    if isinstance(got, dict):
+        others = sorted(str(k) for k in got if str(k) in ("up", "line"))
+        t.expect(not others, what="the names in conv_absmax(model, batches)", expected=sorted(ref.want),
+                 got=sorted(str(k) for k in got), nudge=(
+                     "only the nn.Conv2d layers: a ConvTranspose2d or a Conv1d is another layer kind (a test on "
+                     "nn.modules.conv._ConvNd, or on in_channels, takes them all): isinstance(module, nn.Conv2d)"))
+    _expect_absmax(t, got, ref, "conv_absmax(model, batches)")
+
+
 @exercise.case("H == W == C, in train mode, then in eval mode with its conv `out` in train mode: only dim 1 is "
                "the channel dimension, and every module is left in its mode", hidden=True)
 def _(answer, t: Tester) -> None:
@@ -532,6 +564,30 @@ exercise.wrong("model.eval(), then model.train() in the finally:", mentions="as 
     _calibrate(eval_mode="train()"))
 exercise.wrong("model.eval(), then model.train(was) in the finally: (the model's flag only)",
                mentions="as you found it", hidden=True)(_calibrate(eval_mode="train(was)"))
+
+
+@exercise.wrong("hooks every convolution kind (_ConvNd), not only nn.Conv2d", mentions="another layer kind",
+                hidden=True)
+def _every_conv_kind(model, batches):
+    absmax, handles = {}, []
+
+    def make_hook(name):
+        def hook(module, args):
+            amax = args[0].abs().amax(dim=[d for d in range(args[0].dim()) if d != 1])
+            absmax[name] = torch.maximum(absmax[name], amax) if name in absmax else amax
+        return hook
+
+    try:
+        for name, module in model.named_modules():
+            if isinstance(module, nn.modules.conv._ConvNd):
+                handles.append(module.register_forward_pre_hook(make_hook(name)))
+        with torch.no_grad():
+            for batch in batches:
+                model(batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return absmax
 
 
 exercise.equivalent_mutants["context: no-grad"] = "it runs the model under its own torch.no_grad() already"

@@ -26,6 +26,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   the inputs in a global dict, cleared at the next call, are caught there);
 - detached: a result that holds the autograd graph (computed outside backward from the kept,
   non-detached inputs);
+- technique: the backward run as ``torch.autograd.grad`` (the same hooks fire, no ``.grad`` is left;
+  the task asks for ``backward()``, which leaves the batch's gradient as a training step does);
 - left_as_found: the inputs kept on each Linear (``module.activations``, Opacus style), popped in
   the backward hook and the (empty) list left there: the model is not as it was given.
 """
@@ -91,7 +93,8 @@ exercise = Exercise(
           "modules' parameters do not count). The loss is loss_fn(model(x)), a sum of per-example losses. Use "
           "hooks, as Opacus does: a forward hook on each Linear keeps its input, a full backward hook "
           "(register_full_backward_hook) turns grad_output into that Linear's per-example gradients; ONE "
-          "forward and ONE backward for the whole batch. Inputs may have more dimensions (batch, sequence, "
+          "forward and ONE backward for the whole batch, loss_fn(model(x)).backward() (it also leaves the "
+          "batch's gradient in .grad, as a training step does). Inputs may have more dimensions (batch, sequence, "
           "features): sum over the middle ones. A Linear called twice: its gradient is the sum over both "
           "uses. Remove every hook in a finally:; keep nothing across calls; the result is in the model's "
           "dtype and holds no autograd graph"),
@@ -124,19 +127,20 @@ exercise = Exercise(
         "(batch, a, b, features): reshape the input and grad_output[0] to (batch, -1, features) first, so one "
         "equation sums over all the positions")},
     guide="""using `.grad` (the sum over the batch) for every example; the gradients of the mean
-    loss; forgetting the bias; adding up one norm per layer instead of one norm over all the
-    layers; a dict with one input per Linear, which pairs the second call's input with both
-    gradients of a Linear called twice (a list per Linear, popped in reverse order); keeping only
-    the last use's gradient; for `(batch, sequence, features)` inputs, squaring each position's
-    gradient separately instead of summing over positions first, or an einsum written for 2-D and
-    3-D inputs only (the task admits any number of middle dimensions); `torch.func` or a loop over the
-    examples (right numbers, not hooks: the point is one forward and one backward for the batch);
-    the legacy `register_backward_hook`; `type(m) is nn.Linear`, which skips a subclass of
-    nn.Linear; inputs (or copies of them) kept in a global across calls; inputs kept in a list
-    attribute of each Linear, Opacus style, left there after the call; hooks left attached
-    when the model raises. The warning
-    "Full backward hook is firing when gradients are computed with respect to module outputs since
-    no inputs require gradients" on the first Linear is harmless here (only `grad_output` is used).""",
+    loss; forgetting the bias; adding up one norm per layer instead of one norm over all the layers;
+    a dict with one input per Linear, which pairs the second call's input with both gradients of a
+    Linear called twice (a list per Linear, popped in reverse order); keeping only the last use's
+    gradient; for `(batch, sequence, features)` inputs, squaring each position's gradient separately
+    instead of summing over positions first, or an einsum written for 2-D and 3-D inputs only (the
+    task admits any number of middle dimensions); `torch.func` or a loop over the examples (right
+    numbers, not hooks: the point is one forward and one backward for the batch); the legacy
+    `register_backward_hook`; `torch.autograd.grad` instead of `backward()` (the same hooks fire,
+    but no `.grad` is left where the task asks for a training step's); `type(m) is nn.Linear`, which
+    skips a subclass of nn.Linear; inputs (or copies of them) kept in a global across calls; inputs
+    kept in a list attribute of each Linear, Opacus style, left there after the call; hooks left
+    attached when the model raises. The warning "Full backward hook is firing when gradients are
+    computed with respect to module outputs since no inputs require gradients" on the first Linear
+    is harmless here (only `grad_output` is used).""",
 )
 
 
@@ -349,6 +353,12 @@ def _(answer, t: Tester) -> None:
                  "the other ways, not this exercise's)"))
     expect_full_hooks(t, seen)
     _expect_norms(t, got, ref, "per_sample_norms(twice, x, loss_fn)")
+    empty = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    t.expect(not empty, what="the .grad of the model's parameters after per_sample_norms",
+             expected="the batch's gradient, left by loss.backward()", got=f"None on {', '.join(empty)}", nudge=(
+                 "run the backward as loss_fn(model(x)).backward(), as the task says: it leaves the batch's "
+                 "gradient in .grad as a training step does (torch.autograd.grad fires the same hooks but "
+                 "fills no .grad)"))
     found.expect_as_found()
     expect_input_as_found(t, x, "per_sample_norms(twice, x, loss_fn)")
 
@@ -473,3 +483,34 @@ def _loop(model, x, loss_fn):
 
 
 exercise.wrong("the legacy register_backward_hook", mentions="legacy hook", hidden=True)(_hooked(register="legacy"))
+
+
+@exercise.wrong("torch.autograd.grad instead of loss.backward(): no .grad left",
+                mentions="loss_fn(model(x)).backward()", hidden=True)
+def _autograd_grad(model, x, loss_fn):
+    inputs, grads, handles = {}, {}, []
+
+    def keep_input(module, args, output):
+        inputs.setdefault(module, []).append(args[0])
+
+    def per_example(module, grad_input, grad_output):
+        a = inputs[module].pop()
+        a = a.reshape(a.shape[0], -1, a.shape[-1])
+        g = grad_output[0].reshape(a.shape[0], -1, grad_output[0].shape[-1])
+        mine = {"weight": torch.einsum("npo,npi->noi", g, a)}
+        if module.bias is not None:
+            mine["bias"] = g.sum(1)
+        for name, value in mine.items():
+            grads[module, name] = grads[module, name] + value if (module, name) in grads else value
+
+    try:
+        for module in model.modules():
+            if isinstance(module, nn.Linear):
+                handles += [module.register_forward_hook(keep_input),
+                            module.register_full_backward_hook(per_example)]
+        loss = loss_fn(model(x))
+        torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad])
+    finally:
+        for handle in handles:
+            handle.remove()
+    return torch.stack([g.flatten(1).pow(2).sum(1) for g in grads.values()]).sum(0).sqrt()
