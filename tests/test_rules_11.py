@@ -184,3 +184,36 @@ def graphs(capture):
 assert not torch._dynamo.config.capture_scalar_outputs   # the default
 assert graphs(False) >= 2 and graphs(True) == 1
 """)
+
+
+def test_eval_forces_a_recompile_only_where_the_forward_reads_training(in_a_process_of_its_own):
+    """Exercise hook_compiled (its examiner's list, and the wrong answer that switches the model to
+    eval()): `eval()` after the first compiled call makes the next one compile again, and so trace a
+    late hook in, only where a layer reads `self.training` (a Dropout); on Linear/ReLU layers no guard
+    reads it, while `requires_grad_(False)` on a weight compiles again on both."""
+    in_a_process_of_its_own("""
+import torch
+import torch._dynamo
+from torch import nn
+from hooktutor.course import claims
+
+
+def late_hook_after(change, middle):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, graphs, fired = nn.Sequential(nn.Linear(4, 8), middle, nn.Linear(8, 3)), [], []
+    compiled = torch.compile(model, backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+    with torch.no_grad():
+        compiled(torch.ones(2, 4))
+        with model[0].register_forward_hook(lambda m, a, o: fired.append(1)):
+            change(model)
+            compiled(torch.ones(2, 4))
+    torch._dynamo.reset()
+    return len(graphs), bool(fired)
+
+
+skipped = claims.expected("compile-skips-late-hook")
+assert late_hook_after(lambda m: m.eval(), nn.ReLU()) == (1, not skipped)
+assert late_hook_after(lambda m: m.eval(), nn.Dropout(0.5)) == (2, True)
+assert late_hook_after(lambda m: m[0].weight.requires_grad_(False), nn.ReLU()) == (2, True)
+""")
