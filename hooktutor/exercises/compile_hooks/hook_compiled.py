@@ -13,8 +13,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   reset must not be the only one that counts);
 - nested, dtype: a layer inside a nested ``Sequential``, a float64 model;
 - left_as_found: forces the recompile by changing a guarded part of the model instead of resetting
-  (``layer.weight.requires_grad_(False)``, ``train()``/``eval()``): the next call compiles again, but
-  the caller's model stays changed;
+  (``layer.weight.requires_grad_(False)``): the next call compiles again, but the caller's model stays
+  changed; ``eval()`` does that only where the forward reads ``self.training`` (a ``Dropout``): on
+  ``Linear``/``ReLU`` layers nothing reads it, nothing compiles again, and the hook is skipped;
 - technique: replaces ``layer.forward`` by a function that calls the hook (and resets), returning a
   handle of its own: the output is right, but it is not a forward hook;
 - detached / returns: returns the handle, so that ``handle.remove()`` takes the hook off again
@@ -261,6 +262,14 @@ def _uncompile(compiled, layer, hook):
 def _freezes(compiled, layer, hook):
     handle = layer.register_forward_hook(hook)
     layer.weight.requires_grad_(False)   # a guarded flag: the next call compiles again, the layer stays frozen
+    return handle
+
+
+@exercise.wrong("switches the model to eval() to force a recompile", mentions="a next call that compiles again",
+                since="compile-skips-late-hook")
+def _toggles_eval(compiled, layer, hook):
+    handle = layer.register_forward_hook(hook)
+    compiled.eval()   # no layer of these models reads self.training: no guard fails, nothing compiles again
     return handle
 
 

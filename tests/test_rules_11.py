@@ -1,0 +1,219 @@
+"""The general rules of lesson 11 (hooks under torch.compile and torch.export), checked on set-ups other
+than the lesson's own (a module of one's own inside an nn.Sequential, another torch.nn root, a hook on
+the root, a hook on a parameter, a non-strict export, a Dynamo setting), so that a rule the lesson states
+holds where a learner will use it, or the lesson's words say where it stops (review adv11). Each test
+names the cell's sentence it backs. Every test compiles, so each runs in a process of its own (on torch
+2.1 the first compile of a process changes the optimizers' step hooks for good)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hooktutor.course import claims
+
+_OWN = """
+import torch
+import torch._dynamo
+from torch import nn
+from hooktutor.course import claims
+
+
+class Own(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2 = nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+x = torch.ones(2, 4)
+"""
+
+
+@pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="no nn.Module.compile on this torch")
+def test_model_compile_on_a_sequential_compiles_the_modules_of_ones_own_class_inside_it(in_a_process_of_its_own):
+    """Section 1 (`model.compile()`), the verdict and the recap: `model.compile()` compiles nothing of an
+    nn.Sequential of built-in layers, but a module of one's own class inside an nn.Sequential is
+    compiled (only the torch.nn frames are skipped), and a late hook on a layer inside it is then
+    skipped like under torch.compile."""
+    in_a_process_of_its_own(_OWN + """
+def module_compile(model, layer):
+    torch._dynamo.reset()
+    graphs, fired = [], []
+    model.compile(backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+    model(x)
+    with layer.register_forward_hook(lambda m, a, o: fired.append(1)):
+        model(x)
+    torch._dynamo.reset()
+    return len(graphs), bool(fired)
+
+
+builtin = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+held = nn.Sequential(Own(), nn.Tanh())
+assert module_compile(builtin, builtin[0]) == (0, True)
+assert module_compile(held, held[0].fc1) == (1, not claims.expected("compile-skips-late-hook"))
+""")
+
+
+def test_a_torch_nn_root_that_dynamo_does_not_trace_runs_a_late_hook(in_a_process_of_its_own):
+    """Sections 1 and 2 (the root "whose forward is torch.nn's ... is traced with its hooks"), the
+    verdict: that holds for a torch.nn root Dynamo traces (an nn.Sequential, an nn.Linear); an nn.LSTM
+    root, which Dynamo leaves uncompiled by default, hands the backend no graph, and a late hook on it
+    runs, as on any module outside a graph."""
+    in_a_process_of_its_own("""
+import torch
+import torch._dynamo
+from torch import nn
+from hooktutor.course import claims
+
+
+def late_root_hook(model, x):
+    torch._dynamo.reset()
+    graphs, fired = [], []
+    compiled = torch.compile(model, backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+    compiled(x)
+    with model.register_forward_hook(lambda m, a, o: fired.append(1)):
+        compiled(x)
+    torch._dynamo.reset()
+    return len(graphs), bool(fired)
+
+
+torch.manual_seed(0)
+skipped = claims.expected("compile-skips-late-hook") and claims.expected("compile-traces-torch-nn-root-hooks")
+assert late_root_hook(nn.Linear(4, 4), torch.ones(2, 4)) == (1, not skipped)
+assert late_root_hook(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.ones(2, 4)) == (1, not skipped)
+assert late_root_hook(nn.LSTM(4, 4, batch_first=True), torch.ones(2, 3, 4)) == (0, True)
+""")
+
+
+def test_a_list_appending_hook_on_a_root_of_ones_own_class_does_not_recompile_the_forward(
+        in_a_process_of_its_own):
+    """Section 4 and the recap ("a hook that appends to a list is guarded on its length"): that is a
+    hook traced into the forward's graph (on a layer). On a root of one's own class the hook is called
+    by Python around the compiled forward, which compiles once: a bare append compiles nothing again,
+    and a hook that also computes (appends `o.clone()`) compiles only its own graph again on each call."""
+    in_a_process_of_its_own(_OWN + """
+def new_graphs_per_call(target_of, hook_of):
+    torch._dynamo.reset()
+    model, kept, graphs, per_call = Own(), [], [], []
+    with target_of(model).register_forward_hook(hook_of(kept)):
+        compiled = torch.compile(model, backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+        for _ in range(3):
+            before = len(graphs)
+            compiled(x)
+            per_call.append(len(graphs) - before)
+    torch._dynamo.reset()
+    assert len(kept) == 3   # the hook ran in every call
+    return per_call
+
+
+append_one = lambda kept: lambda m, a, o: kept.append(1)             # noqa: E731
+append_copy = lambda kept: lambda m, a, o: kept.append(o.clone())    # noqa: E731
+assert new_graphs_per_call(lambda model: model.fc1, append_one) == [1, 1, 1]   # in the graph: guarded
+assert new_graphs_per_call(lambda model: model, append_one) == [1, 0, 0]       # on the root: free
+assert new_graphs_per_call(lambda model: model, append_copy) == [2, 1, 1]      # only the hook's graph
+""")
+
+
+def test_an_exported_program_shares_the_models_parameters_and_their_tensor_hooks(in_a_process_of_its_own):
+    """Section 5 and the recap: `program.module()` holds none of the model's module hooks, but its
+    parameters are the model's own Parameter objects, so a tensor hook (and a post-accumulate-grad hook)
+    on a parameter runs in the program's backward and changes its gradient, with strict=False, and with
+    strict=True where its program's backward reaches the parameters' hooks (export-strict-tensor-hook-grad)."""
+    if not claims.expected("export-non-strict"):
+        pytest.skip(f"torch {torch.__version__}: no non-strict torch.export (since torch 2.2)")
+    in_a_process_of_its_own("""
+import torch
+from torch import nn
+from hooktutor.course import claims
+
+torch.manual_seed(0)
+x = torch.ones(2, 4)
+modes = (False, True) if claims.expected("export-strict-tensor-hook-grad") else (False,)
+for strict in modes:
+    model, calls = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), []
+    with model[0].weight.register_hook(lambda g: calls.append("tensor") or g * 0), \\
+            model[0].weight.register_post_accumulate_grad_hook(lambda p: calls.append("accumulated")):
+        program = torch.export.export(model, (x,), strict=strict)
+        exported = program.module()
+        assert exported.get_parameter("0.weight") is model[0].weight, strict
+        exported(x).sum().backward()
+    assert calls == ["tensor", "accumulated"], (strict, calls)
+    assert bool((model[0].weight.grad == 0).all()), strict   # the hook's g * 0
+    assert not bool((model[2].weight.grad == 0).all()), strict
+""")
+
+
+def test_is_compiling_is_true_in_a_non_strict_export_too(in_a_process_of_its_own):
+    """Section 3 (`torch.compiler.is_compiling()`): it is True while torch.compile traces, and in a
+    non-strict torch.export too, which runs the Python forward without Dynamo: a debugging branch kept
+    for eager runs is left out of both traces; False in eager code."""
+    if not (claims.expected("export-non-strict") and claims.expected("compiler-is-compiling")):
+        pytest.skip(f"torch {torch.__version__}: needs non-strict export (2.2) and torch.compiler.is_compiling (2.3)")
+    in_a_process_of_its_own("""
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+model, seen = nn.Linear(4, 2), []
+with model.register_forward_hook(lambda m, a, o: seen.append(torch.compiler.is_compiling())):
+    model(torch.ones(1, 4))
+    torch.export.export(model, (torch.ones(1, 4),), strict=False)
+assert seen == [False, True], seen
+""")
+
+
+def test_item_in_a_hook_breaks_the_graph_only_by_default(in_a_process_of_its_own):
+    """Section 3 and the recap (".item() in a hook breaks the graph"): with Dynamo's default
+    `capture_scalar_outputs=False`; with it set, `.item()` is traced and the model is one graph."""
+    in_a_process_of_its_own(_OWN + """
+def graphs(capture):
+    torch._dynamo.reset()
+    seen = []
+    model = Own()
+    with torch._dynamo.config.patch(capture_scalar_outputs=capture), \\
+            model.fc1.register_forward_hook(lambda m, a, o: o / o.abs().sum().item()):
+        torch.compile(model, backend=lambda gm, example_inputs: seen.append(gm) or gm.forward)(x)
+    torch._dynamo.reset()
+    return len(seen)
+
+
+assert not torch._dynamo.config.capture_scalar_outputs   # the default
+assert graphs(False) >= 2 and graphs(True) == 1
+""")
+
+
+def test_eval_forces_a_recompile_only_where_the_forward_reads_training(in_a_process_of_its_own):
+    """Exercise hook_compiled (its examiner's list, and the wrong answer that switches the model to
+    eval()): `eval()` after the first compiled call makes the next one compile again, and so trace a
+    late hook in, only where a layer reads `self.training` (a Dropout); on Linear/ReLU layers no guard
+    reads it, while `requires_grad_(False)` on a weight compiles again on both."""
+    in_a_process_of_its_own("""
+import torch
+import torch._dynamo
+from torch import nn
+from hooktutor.course import claims
+
+
+def late_hook_after(change, middle):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, graphs, fired = nn.Sequential(nn.Linear(4, 8), middle, nn.Linear(8, 3)), [], []
+    compiled = torch.compile(model, backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+    with torch.no_grad():
+        compiled(torch.ones(2, 4))
+        with model[0].register_forward_hook(lambda m, a, o: fired.append(1)):
+            change(model)
+            compiled(torch.ones(2, 4))
+    torch._dynamo.reset()
+    return len(graphs), bool(fired)
+
+
+skipped = claims.expected("compile-skips-late-hook")
+assert late_hook_after(lambda m: m.eval(), nn.ReLU()) == (1, not skipped)
+assert late_hook_after(lambda m: m.eval(), nn.Dropout(0.5)) == (2, True)
+assert late_hook_after(lambda m: m[0].weight.requires_grad_(False), nn.ReLU()) == (2, True)
+""")
