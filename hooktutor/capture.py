@@ -230,8 +230,9 @@ def _finish_grad(name: str, index: int, slot: Any) -> Any:
         paths, value = slot
     if all(v is _PENDING for v in paths.values()):
         raise RecordNotFound(
-            f"no gradient for {name!r} call {index} yet: call loss.backward() inside the "
-            "`with capture(...)` block; its gradient hooks are removed when the block ends")
+            f"no gradient for {name!r} call {index}: backward has not reached this output. "
+            "Either the loss does not use it, or you did not call loss.backward() inside the "
+            "`with capture(...)` block (its gradient hooks are removed when the block ends)")
     if () in paths:
         return paths[()]
     # a tensor of a structured output that needed a gradient but got none while others did was

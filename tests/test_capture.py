@@ -334,6 +334,21 @@ def test_gradient_hooks_on_intermediate_tensors_removed_on_exit():
         rec.grads["fc1"]
 
 
+def test_an_output_the_loss_never_reaches_has_no_gradient_and_the_error_says_why():
+    """adv0003 W1: an output that ran but that the loss does not use (a second head) gets no
+    gradient call at all, unlike the unused half of a chunk (None): rec.grads raises and names
+    both causes, since backward did run inside the block."""
+    model = MLP(seed=0)
+    x = ht.data.blobs(2)[0]
+    with ht.capture(model, ["fc1", "fc2"], grads=True) as rec:
+        hidden = model.fc1(x)
+        model.fc2(hidden)                # runs; the loss below never uses its output
+        hidden.sum().backward()
+    assert rec.grads["fc1"].shape == (2, 16)
+    with pytest.raises(ht.RecordNotFound, match="the loss does not use it"):
+        rec.grads["fc2"]
+
+
 def test_repr_lists_names_calls_and_shapes():
     model = MLP(seed=0)
     with ht.capture(model, ["fc1", "head"], grads=True) as rec:

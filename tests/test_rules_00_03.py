@@ -214,3 +214,65 @@ def test_a_hook_on_an_intermediate_output_scales_a_tied_downstream_weight_by_its
         if scale is None:
             untied = head_only.weight.grad.clone()
     assert torch.equal(head_only.weight.grad, untied)
+
+
+# -- adv0003's read ---------------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:Using a non-full backward hook:FutureWarning")
+@pytest.mark.parametrize("kind, wraps", [("register_full_backward_hook", True),
+                                         ("register_full_backward_pre_hook", True),
+                                         ("register_backward_hook", False)])
+def test_only_the_full_backward_hooks_wrap_the_output_a_forward_hook_saw(kind, wraps):
+    """02 cell 8 (adv0003 O1): "a full backward hook or full backward pre-hook on the module ...
+    wraps an output that requires grad in a new tensor (the legacy register_backward_hook wraps
+    nothing)", on a Conv2d with a float64 input."""
+    with seeded(0):
+        conv = nn.Conv2d(2, 3, 3).double()
+    seen = {}
+    x = torch.ones(1, 2, 5, 5, dtype=torch.float64, requires_grad=True)
+    with conv.register_forward_hook(lambda m, a, out: seen.update(out=out)), \
+            getattr(conv, kind)(lambda *args: None):
+        result = conv(x)
+    assert (seen["out"] is not result) == wraps
+    assert torch.equal(seen["out"], result)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_a_checkpointed_module_fires_its_forward_hooks_again_in_backward(reentrant):
+    """02 cells 21 and the recap (adv0003 O2): the pre/forward pair of a container holds "in one
+    forward"; a checkpointed block runs its hooks again during backward, after the root's forward
+    hook. The non-reentrant checkpoint stops the rerun early: a pre-hook fires without its
+    forward hook. On a nested Linear-Tanh block under a mean loss."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            with seeded(0):
+                self.block = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+                self.head = nn.Linear(4, 1)
+
+        def forward(self, x):
+            return self.head(checkpoint(self.block, x, use_reentrant=reentrant))
+
+    net, log = Net(), []
+    handles = []
+    for name, module in net.named_modules():
+        name = name or "<root>"
+        handles.append(module.register_forward_pre_hook(lambda m, a, name=name: log.append(f"pre {name}")))
+        handles.append(module.register_forward_hook(lambda m, a, o, name=name: log.append(f"fwd {name}")))
+    try:
+        out = net(torch.ones(2, 4, requires_grad=True))
+        in_forward = list(log)
+        out.mean().backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    in_backward = log[len(in_forward):]
+    assert in_forward[-1] == "fwd <root>" and in_forward.count("fwd block.0") == 1
+    assert in_backward[:3] == ["pre block", "pre block.0", "fwd block.0"]
+    if reentrant:
+        assert in_backward == ["pre block", "pre block.0", "fwd block.0", "pre block.1", "fwd block.1",
+                               "fwd block"]
+    else:   # the early stop: block.1's pre-hook fires, its forward hook and block's do not
+        assert in_backward[-1] == "pre block.1" and "fwd block" not in in_backward

@@ -4,6 +4,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - inplace_after: zeroes the units in the output it received (breaks backward after a Sigmoid,
   whose output autograd saved), or through ``output.data`` (gradients as if nothing changed);
+  zeroes a clone, but under ``torch.no_grad()`` or through the clone's ``.data``: the forward is
+  right, yet the ablated units still pass gradient upstream (hidden behind a ReLU, whose backward
+  masks a zeroed unit anyway; seen after a Sigmoid);
 - technique: assigns ``output = ...`` and returns nothing (the original output is kept); returns a
   detached copy (backward never reaches the earlier layers);
 - nd: zeroes the last dimension instead of dimension 1; a mask shaped for (N, C) and (N, C, H, W)
@@ -102,7 +105,10 @@ exercise = Exercise(
     H, W)` output). The check also catches a float32 mask on a bfloat16 layer (the next layer
     refuses the float32 output), a mask built from the first output and reused (the next call has
     another size), any 0/1 mask on an output holding `inf` (`inf * 0` is `nan`, not 0),
-    `new[:, units]` with a set of units, and a kept-units list that misses a negative index.""",
+    `new[:, units]` with a set of units, a kept-units list that misses a negative index, and a
+    clone zeroed under `torch.no_grad()` (or through its `.data`): the forward is right, but
+    autograd never saw the zeroing, so the ablated units still pass gradient upstream (a ReLU
+    after the layer hides it; after a Sigmoid the first layer's row gets a gradient).""",
 )
 
 
@@ -165,6 +171,15 @@ def _(answer, t: Tester) -> None:
     grad = net[2].weight.grad[0, 2]
     t.expect(float(grad) == 0.0, what="the last Linear's weight gradient for unit 2", expected=0.0,
              got=float(grad), nudge="unit 2 of the Sigmoid's output must be 0 for the next layer")
+    # No ReLU follows this hook (after fc1 of an MLP, act1's backward masks a zeroed unit anyway):
+    # only a zeroing autograd recorded stops the gradient of unit 2 from reaching the first Linear.
+    upstream = net[0].weight.grad[2]
+    t.expect(bool((upstream == 0).all()), what="the first Linear's weight gradient, row 2 (unit 2)",
+             expected="all zeros", got=upstream, nudge=(
+                 "unit 2 is forced to 0, so no gradient may flow back through it; but autograd never "
+                 "saw your zeroing (made under torch.no_grad() or through .data), so backward passed "
+                 "the gradient on as if the unit were still there. Zero the units of the clone with an "
+                 "ordinary operation: new = output.clone(); new[:, list(units)] = 0"))
 
 
 @exercise.case("channels 0 and 5 of a conv output (N, C, H, W)")
@@ -357,3 +372,40 @@ exercise.wrong("builds the mask from the first output and keeps it", mentions="k
     _masker(cache=True))
 exercise.wrong("multiplies by a 0/1 mask in the output's dtype", mentions="inf * 0 = nan", hidden=True)(
     _masker())
+
+
+@exercise.wrong("zeroes a clone under torch.no_grad()", mentions="never saw your zeroing")
+def _(units):
+    def hook(module, args, output):
+        new = output.clone()
+        with torch.no_grad():
+            new[:, list(units)] = 0
+        return new
+    return hook
+
+
+@exercise.wrong("zeroes a clone through its .data", mentions="never saw your zeroing")
+def _(units):
+    def hook(module, args, output):
+        new = output.clone()
+        new.data[:, list(units)] = 0
+        return new
+    return hook
+
+
+@exercise.right("index_fill along dimension 1")
+def _(units):
+    def hook(module, args, output):
+        index = torch.tensor(sorted({u % output.shape[1] for u in units}), dtype=torch.long)
+        return output.index_fill(1, index, 0)
+    return hook
+
+
+@exercise.right("torch.where with a keep-mask shaped to broadcast along dimension 1")
+def _(units):
+    def hook(module, args, output):
+        keep = torch.ones(output.shape[1], dtype=torch.bool)
+        keep[list(units)] = False
+        keep = keep.view(1, -1, *[1] * (output.dim() - 2))
+        return torch.where(keep, output, torch.zeros((), dtype=output.dtype))
+    return hook

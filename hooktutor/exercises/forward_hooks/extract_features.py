@@ -6,7 +6,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   layer rewrites;
 - detached: stores ``output.clone()``, which keeps the autograd graph of the forward;
 - twice: keys by name and keeps only the last call of a layer called twice;
-- raises: removes the hooks without ``finally:``, so a model that raises leaves them;
+- raises: removes the hooks without ``finally:``, so a model that raises leaves them; catches the
+  model's error and returns the features of a forward that never finished;
 - nested: looks the names up with ``getattr`` or ``named_children()``, missing dotted names;
 - left_as_found: calls ``model.eval()`` and leaves it so; clears the layers' ``_forward_hooks``,
   which removes the caller's own hooks too;
@@ -79,8 +80,9 @@ exercise = Exercise(
     guide="""storing `output.detach()` without `.clone()`, so a later `ReLU(inplace=True)` rewrites
     the stored tensor; keeping one tensor per name, so a layer called twice keeps only its last
     call (append to a list); `output.clone()`, which keeps the autograd graph; removing the hooks
-    only when the model succeeds, or by clearing the layers' `_forward_hooks` (the caller's own
-    hooks go too); calling `model.eval()` and leaving it so; looking the names up in
+    only when the model succeeds, or catching the model's error and returning the features of a
+    forward that never finished (the error must reach the caller), or by clearing the layers'
+    `_forward_hooks` (the caller's own hooks go too); calling `model.eval()` and leaving it so; looking the names up in
     `named_children()` (dotted names are missed) or, caught at grading, in
     `dict(model.named_modules())`, which lists a module held under two names once, or keeping the
     handles in a dict keyed by module (one is lost). Also at grading: a residual model in float64
@@ -202,9 +204,14 @@ def _(answer, t: Tester) -> None:
     model = t.track(MLP(seed=7), "the MLP")
     wrong_width = torch.zeros(2, 5)
     try:
-        answer(model, wrong_width, ["fc1", "head"])
+        got = answer(model, wrong_width, ["fc1", "head"])
     except RuntimeError:
-        pass  # the model cannot take this input; what matters is what stays attached
+        return  # the model cannot take this input: the error reaches the caller, as it must
+    t.expect(False, what="what extract_features did when the model raised",
+             expected="the model's error, let through", got=f"it returned {got!r}"[:120], nudge=(
+                 "model(x) raised, and your answer returned features as if the forward had worked: "
+                 "the caller never learns that it failed. Let the error through: remove the hooks "
+                 "in the `finally:` block of a try: around model(x), with no `except`"))
 
 
 @exercise.case("a nested model in eval mode: layers named encoder.body.0, encoder.act and head")
@@ -323,6 +330,22 @@ exercise.wrong("stores output.detach() without a copy", mentions="in-place ReLU"
 exercise.wrong("keys by name and keeps only the last call", mentions="called twice")(_extractor(append=False))
 exercise.wrong("removes the hooks only when the model succeeds", mentions="still attached")(
     _extractor(remove="after"))
+
+
+@exercise.wrong("catches the model's error and returns what it recorded", mentions="never learns")
+def _(model, x, names):
+    features = {name: [] for name in names}
+    handles = [model.get_submodule(name).register_forward_hook(
+        lambda module, args, output, name=name: features[name].append(output.detach().clone()))
+        for name in names]
+    try:
+        model(x)
+    except Exception:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return features
 
 
 @exercise.wrong("fills the dict lazily with features.setdefault(name, [])", mentions="empty list")

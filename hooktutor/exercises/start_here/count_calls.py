@@ -5,6 +5,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - repeat: the list lives outside the function, so a second run counts on top of the first;
 - twice: counts whether the layer ran (a set, a flag), not how often;
 - raises: removes the hook after ``model(x)`` but not in ``finally:``, or never removes it;
+  catches the model's error (``except Exception: pass``) and returns a count for a forward that
+  never finished;
 - technique: counts how often the layer appears in the model instead of hooking it: right for
   a Sequential that lists a shared layer twice, wrong for a forward that calls one registered
   layer twice;
@@ -18,7 +20,7 @@ from torch import nn
 
 from ...models import MLP
 from .. import kit
-from ..core import Exercise, Tester
+from ..core import Exercise, Tester, learners_hooks
 
 
 def count_calls(model, x, layer):
@@ -54,7 +56,9 @@ exercise = Exercise(
     of *how often*, which fails for a layer used twice in one forward ("a module used twice fires
     its hook twice"); the list lives outside the function, so a second call keeps counting from
     the first ("each run must start from zero"); the answer counts the layer's places in the model
-    instead of hooking it, which misses a forward that calls one registered layer twice.""",
+    instead of hooking it, which misses a forward that calls one registered layer twice; the
+    answer wraps model(x) in `except Exception: pass` to "survive" a model that raises, and hands
+    back a count for a forward that never finished (the check wants the error let through).""",
 )
 
 
@@ -97,9 +101,24 @@ def _(answer, t: Tester) -> None:
                   "hook the layer you were given, wherever it sits in the model, and count its calls")
 
 
+_SWALLOWED = ("model(x) raised, and your count_calls returned a number as if the forward had "
+              "worked: the caller never learns that it failed. Let the error through: put "
+              "handle.remove() in the `finally:` block of a try: around model(x), with no `except`")
+
+
 @exercise.case("a model that raises halfway through its forward: the hook must still go")
 def _(answer, t: Tester) -> None:
-    kit.expect_clean_after_raise(t, answer, seed=2)
+    model = t.track(kit.Raising(seed=2), "a model that raises halfway (after fc1)")
+    with kit.HookWitness({"model": model}) as seen:
+        raised, got = kit.call_expecting_kit_error(answer, model, torch.zeros(1, 4), model.fc1)
+    left = learners_hooks(model, include_global=True)
+    t.expect(not left, what="hooks left on the model after it raised", expected="none",
+             got=f"{len(left)} hook(s)", nudge=(
+                 "model(x) raised, and your hook stayed attached: call handle.remove() in the "
+                 "`finally:` block of a try: around model(x), so it runs even when the model raises"))
+    t.expect(raised or not seen.calls["model"], what="what count_calls did when the model raised",
+             expected="the model's error, let through",
+             got=f"it returned {got!r}", nudge=_SWALLOWED)
 
 
 @exercise.case("a layer that forward() calls twice but the model registers once", hidden=True)
@@ -143,6 +162,27 @@ def _counter(*, result=len, keep_in=None, remove="finally", call=lambda model, x
 exercise.wrong("returns the list of calls, not its length", mentions="is a list")(_counter(result=list))
 exercise.wrong("removes the hook, but not in a finally block", mentions="`finally:` block")(_counter(remove="after"))
 exercise.wrong("forgets to remove the hook", mentions="still attached")(_counter(remove="never"))
+
+
+@exercise.wrong("catches the model's error and returns the count anyway", mentions="never learns")
+def _(model, x, layer):
+    calls = []
+    handle = layer.register_forward_hook(lambda module, args, output: calls.append(1))
+    try:
+        model(x)
+    except Exception:
+        pass
+    finally:
+        handle.remove()
+    return len(calls)
+
+
+@exercise.right("a forward pre-hook, removed by the handle's with block")
+def _(model, x, layer):
+    calls = []
+    with layer.register_forward_pre_hook(lambda module, args: calls.append(1)):
+        model(x)
+    return len(calls)
 exercise.wrong("keeps the list outside the function", mentions="start from zero")(_counter(keep_in=[]))
 
 

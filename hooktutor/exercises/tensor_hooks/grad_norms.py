@@ -8,7 +8,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - raises: removes the hooks after ``loss.backward()`` but not in ``finally:`` (a backward that
   fails leaves them on), or never;
 - left_as_found: "removes" the hooks by clearing ``tensor._backward_hooks`` (the caller's own hooks
-  go too); runs ``loss.backward(inputs=...)``, so the other parameters get no gradient;
+  go too); runs ``loss.backward(inputs=...)``, so the other parameters get no gradient; calls
+  ``retain_grad()`` on the caller's intermediate tensors "to be safe" (their ``.grad`` stays filled,
+  for good);
 - alias: one tensor under two names: one hook per distinct tensor keeps the first name only;
 - order: collects the norms in a list and pairs them with the names by position (backward fires
   the hooks in its own order, not in the dict's);
@@ -91,7 +93,9 @@ exercise = Exercise(
     collect the norms in a list and pair them with the names by order (backward runs in its own
     order, not the dict's), that store `grad.norm()` (a 0-dim tensor, not a float), and that hook
     only the intermediate tensors and take a parameter's norm from `.grad` after minus before
-    (wrong once a post-accumulate hook changes `.grad` during backward).""",
+    (wrong once a post-accumulate hook changes `.grad` during backward), and that record in hooks
+    but also call `retain_grad()` on the caller's intermediate tensors (their `.grad` stays filled,
+    and retain_grad cannot be undone).""",
 )
 
 
@@ -171,6 +175,11 @@ def _(answer, t: Tester) -> None:
                  "record a parameter's norm with a tensor hook too: .grad after backward minus .grad "
                  "before is the gradient of this backward only while nothing else touches .grad "
                  "(a post-accumulate hook that steps and frees it, as in section 11, breaks it)"))
+    t.expect(not inter["act2"].retains_grad, what="act2.retains_grad after grad_norms", expected=False,
+             got=True, nudge=(
+                 "you called retain_grad() on the caller's intermediate tensor: it now keeps a .grad (and "
+                 "its memory) after every backward, and retain_grad() cannot be undone. The hook already "
+                 "receives the gradient: record its norm there and leave the tensor as you found it"))
 
 
 @exercise.case("a tensor used twice in the loss")
@@ -342,6 +351,21 @@ exercise.wrong("pairs the norms with the names by order", mentions="its own orde
 def _autograd_grad(tensors, loss):
     grads = torch.autograd.grad(loss, list(tensors.values()))
     return {name: g.norm().item() for name, g in zip(tensors, grads)}
+
+
+@exercise.wrong("records in hooks, but also calls retain_grad() on the intermediates", mentions="cannot be undone")
+def _(tensors, loss):
+    norms, handles = {}, []
+    try:
+        for name, tensor in tensors.items():
+            if not tensor.is_leaf:
+                tensor.retain_grad()
+            handles.append(tensor.register_hook(lambda grad, name=name: norms.__setitem__(name, grad.norm().item())))
+        loss.backward()
+    finally:
+        for handle in handles:
+            handle.remove()
+    return norms
 
 
 @exercise.wrong("reads .grad after backward (retain_grad)", mentions="accumulates")
