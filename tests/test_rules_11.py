@@ -2,10 +2,17 @@
 than the lesson's own (a module of one's own inside an nn.Sequential, another torch.nn root, a hook on
 the root, a hook on a parameter, a non-strict export, a Dynamo setting), so that a rule the lesson states
 holds where a learner will use it, or the lesson's words say where it stops (review adv11). Each test
-names the cell's sentence it backs. Every test compiles, so each runs in a process of its own (on torch
-2.1 the first compile of a process changes the optimizers' step hooks for good)."""
+names the cell's sentence it backs. Every test compiles, so none runs in the suite's own process (on
+torch 2.1 the first compile of a process changes the optimizers' step hooks for good): their snippets
+(``SNIPPETS``, at the end) run one after another in one new Python, each in a namespace of its own,
+and each test reports its own snippet's result (one torch import, not seven)."""
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,14 +39,100 @@ class Own(nn.Module):
 x = torch.ones(2, 4)
 """
 
+_RUNNER = """
+import json, sys, traceback
+results = {}
+for name, code in json.loads(sys.stdin.read()).items():
+    try:
+        exec(compile(code, name, "exec"), {"__name__": "__main__"})
+        results[name] = None
+    except BaseException:   # noqa: BLE001 - reported by the snippet's own test
+        results[name] = traceback.format_exc()[-3000:]
+print("RESULTS " + json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def _every_snippet() -> dict:
+    done = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(SNIPPETS), capture_output=True,
+                          text=True, timeout=600, cwd=Path(__file__).resolve().parent.parent)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULTS ")]
+    assert lines, f"the snippets' process ended early ({done.returncode}):\n{done.stderr[-3000:]}"
+    return json.loads(lines[-1][len("RESULTS "):])
+
+
+@pytest.fixture
+def one_process(_every_snippet, request):
+    """Call it in a test: fails with the traceback if the test's snippet failed in the shared process."""
+    def check() -> None:
+        error = _every_snippet[request.node.originalname]
+        assert error is None, error
+    return check
+
 
 @pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="no nn.Module.compile on this torch")
-def test_model_compile_on_a_sequential_compiles_the_modules_of_ones_own_class_inside_it(in_a_process_of_its_own):
+def test_model_compile_on_a_sequential_compiles_the_modules_of_ones_own_class_inside_it(one_process):
     """Section 1 (`model.compile()`), the verdict and the recap: `model.compile()` compiles nothing of an
     nn.Sequential of built-in layers, but a module of one's own class inside an nn.Sequential is
     compiled (only the torch.nn frames are skipped), and a late hook on a layer inside it is then
     skipped like under torch.compile."""
-    in_a_process_of_its_own(_OWN + """
+    one_process()
+
+
+def test_a_torch_nn_root_that_dynamo_does_not_trace_runs_a_late_hook(one_process):
+    """Sections 1 and 2 (the root "whose forward is torch.nn's ... is traced with its hooks"), the
+    verdict: that holds for a torch.nn root Dynamo traces (an nn.Sequential, an nn.Linear); an nn.LSTM
+    root, which Dynamo leaves uncompiled by default, hands the backend no graph, and a late hook on it
+    runs, as on any module outside a graph."""
+    one_process()
+
+
+def test_a_list_appending_hook_on_a_root_of_ones_own_class_does_not_recompile_the_forward(
+        one_process):
+    """Section 4 and the recap ("a hook that appends to a list is guarded on its length"): that is a
+    hook traced into the forward's graph (on a layer). On a root of one's own class the hook is called
+    by Python around the compiled forward, which compiles once: a bare append compiles nothing again,
+    and a hook that also computes (appends `o.clone()`) compiles only its own graph again on each call."""
+    one_process()
+
+
+def test_an_exported_program_shares_the_models_parameters_and_their_tensor_hooks(one_process):
+    """Section 5 and the recap: `program.module()` holds none of the model's module hooks, but its
+    parameters are the model's own Parameter objects, so a tensor hook (and a post-accumulate-grad hook)
+    on a parameter runs in the program's backward and changes its gradient, with strict=False, and with
+    strict=True where its program's backward reaches the parameters' hooks (export-strict-tensor-hook-grad)."""
+    if not claims.expected("export-non-strict"):
+        pytest.skip(f"torch {torch.__version__}: no non-strict torch.export (since torch 2.2)")
+    one_process()
+
+
+def test_is_compiling_is_true_in_a_non_strict_export_too(one_process):
+    """Section 3 (`torch.compiler.is_compiling()`): it is True while torch.compile traces, and in a
+    non-strict torch.export too, which runs the Python forward without Dynamo: a debugging branch kept
+    for eager runs is left out of both traces; False in eager code."""
+    if not (claims.expected("export-non-strict") and claims.expected("compiler-is-compiling")):
+        pytest.skip(f"torch {torch.__version__}: needs non-strict export (2.2) and torch.compiler.is_compiling (2.3)")
+    one_process()
+
+
+def test_item_in_a_hook_breaks_the_graph_only_by_default(one_process):
+    """Section 3 and the recap (".item() in a hook breaks the graph"): with Dynamo's default
+    `capture_scalar_outputs=False`; with it set, `.item()` is traced and the model is one graph."""
+    one_process()
+
+
+def test_eval_forces_a_recompile_only_where_the_forward_reads_training(one_process):
+    """Exercise hook_compiled (its examiner's list, and the wrong answer that switches the model to
+    eval()): `eval()` after the first compiled call makes the next one compile again, and so trace a
+    late hook in, only where a layer reads `self.training` (a Dropout); on Linear/ReLU layers no guard
+    reads it, while `requires_grad_(False)` on a weight compiles again on both."""
+    one_process()
+
+
+# -- the snippets, run one after another in one process (each in a namespace of its own) --
+
+SNIPPETS = {
+    "test_model_compile_on_a_sequential_compiles_the_modules_of_ones_own_class_inside_it": _OWN + """
 def module_compile(model, layer):
     torch._dynamo.reset()
     graphs, fired = [], []
@@ -55,15 +148,8 @@ builtin = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
 held = nn.Sequential(Own(), nn.Tanh())
 assert module_compile(builtin, builtin[0]) == (0, True)
 assert module_compile(held, held[0].fc1) == (1, not claims.expected("compile-skips-late-hook"))
-""")
-
-
-def test_a_torch_nn_root_that_dynamo_does_not_trace_runs_a_late_hook(in_a_process_of_its_own):
-    """Sections 1 and 2 (the root "whose forward is torch.nn's ... is traced with its hooks"), the
-    verdict: that holds for a torch.nn root Dynamo traces (an nn.Sequential, an nn.Linear); an nn.LSTM
-    root, which Dynamo leaves uncompiled by default, hands the backend no graph, and a late hook on it
-    runs, as on any module outside a graph."""
-    in_a_process_of_its_own("""
+""",
+    "test_a_torch_nn_root_that_dynamo_does_not_trace_runs_a_late_hook": """
 import torch
 import torch._dynamo
 from torch import nn
@@ -86,16 +172,8 @@ skipped = claims.expected("compile-skips-late-hook") and claims.expected("compil
 assert late_root_hook(nn.Linear(4, 4), torch.ones(2, 4)) == (1, not skipped)
 assert late_root_hook(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), torch.ones(2, 4)) == (1, not skipped)
 assert late_root_hook(nn.LSTM(4, 4, batch_first=True), torch.ones(2, 3, 4)) == (0, True)
-""")
-
-
-def test_a_list_appending_hook_on_a_root_of_ones_own_class_does_not_recompile_the_forward(
-        in_a_process_of_its_own):
-    """Section 4 and the recap ("a hook that appends to a list is guarded on its length"): that is a
-    hook traced into the forward's graph (on a layer). On a root of one's own class the hook is called
-    by Python around the compiled forward, which compiles once: a bare append compiles nothing again,
-    and a hook that also computes (appends `o.clone()`) compiles only its own graph again on each call."""
-    in_a_process_of_its_own(_OWN + """
+""",
+    "test_a_list_appending_hook_on_a_root_of_ones_own_class_does_not_recompile_the_forward": _OWN + """
 def new_graphs_per_call(target_of, hook_of):
     torch._dynamo.reset()
     model, kept, graphs, per_call = Own(), [], [], []
@@ -115,17 +193,8 @@ append_copy = lambda kept: lambda m, a, o: kept.append(o.clone())    # noqa: E73
 assert new_graphs_per_call(lambda model: model.fc1, append_one) == [1, 1, 1]   # in the graph: guarded
 assert new_graphs_per_call(lambda model: model, append_one) == [1, 0, 0]       # on the root: free
 assert new_graphs_per_call(lambda model: model, append_copy) == [2, 1, 1]      # only the hook's graph
-""")
-
-
-def test_an_exported_program_shares_the_models_parameters_and_their_tensor_hooks(in_a_process_of_its_own):
-    """Section 5 and the recap: `program.module()` holds none of the model's module hooks, but its
-    parameters are the model's own Parameter objects, so a tensor hook (and a post-accumulate-grad hook)
-    on a parameter runs in the program's backward and changes its gradient, with strict=False, and with
-    strict=True where its program's backward reaches the parameters' hooks (export-strict-tensor-hook-grad)."""
-    if not claims.expected("export-non-strict"):
-        pytest.skip(f"torch {torch.__version__}: no non-strict torch.export (since torch 2.2)")
-    in_a_process_of_its_own("""
+""",
+    "test_an_exported_program_shares_the_models_parameters_and_their_tensor_hooks": """
 import torch
 from torch import nn
 from hooktutor.course import claims
@@ -144,16 +213,8 @@ for strict in modes:
     assert calls == ["tensor", "accumulated"], (strict, calls)
     assert bool((model[0].weight.grad == 0).all()), strict   # the hook's g * 0
     assert not bool((model[2].weight.grad == 0).all()), strict
-""")
-
-
-def test_is_compiling_is_true_in_a_non_strict_export_too(in_a_process_of_its_own):
-    """Section 3 (`torch.compiler.is_compiling()`): it is True while torch.compile traces, and in a
-    non-strict torch.export too, which runs the Python forward without Dynamo: a debugging branch kept
-    for eager runs is left out of both traces; False in eager code."""
-    if not (claims.expected("export-non-strict") and claims.expected("compiler-is-compiling")):
-        pytest.skip(f"torch {torch.__version__}: needs non-strict export (2.2) and torch.compiler.is_compiling (2.3)")
-    in_a_process_of_its_own("""
+""",
+    "test_is_compiling_is_true_in_a_non_strict_export_too": """
 import torch
 from torch import nn
 
@@ -163,13 +224,8 @@ with model.register_forward_hook(lambda m, a, o: seen.append(torch.compiler.is_c
     model(torch.ones(1, 4))
     torch.export.export(model, (torch.ones(1, 4),), strict=False)
 assert seen == [False, True], seen
-""")
-
-
-def test_item_in_a_hook_breaks_the_graph_only_by_default(in_a_process_of_its_own):
-    """Section 3 and the recap (".item() in a hook breaks the graph"): with Dynamo's default
-    `capture_scalar_outputs=False`; with it set, `.item()` is traced and the model is one graph."""
-    in_a_process_of_its_own(_OWN + """
+""",
+    "test_item_in_a_hook_breaks_the_graph_only_by_default": _OWN + """
 def graphs(capture):
     torch._dynamo.reset()
     seen = []
@@ -183,15 +239,8 @@ def graphs(capture):
 
 assert not torch._dynamo.config.capture_scalar_outputs   # the default
 assert graphs(False) >= 2 and graphs(True) == 1
-""")
-
-
-def test_eval_forces_a_recompile_only_where_the_forward_reads_training(in_a_process_of_its_own):
-    """Exercise hook_compiled (its examiner's list, and the wrong answer that switches the model to
-    eval()): `eval()` after the first compiled call makes the next one compile again, and so trace a
-    late hook in, only where a layer reads `self.training` (a Dropout); on Linear/ReLU layers no guard
-    reads it, while `requires_grad_(False)` on a weight compiles again on both."""
-    in_a_process_of_its_own("""
+""",
+    "test_eval_forces_a_recompile_only_where_the_forward_reads_training": """
 import torch
 import torch._dynamo
 from torch import nn
@@ -216,4 +265,5 @@ skipped = claims.expected("compile-skips-late-hook")
 assert late_hook_after(lambda m: m.eval(), nn.ReLU()) == (1, not skipped)
 assert late_hook_after(lambda m: m.eval(), nn.Dropout(0.5)) == (2, True)
 assert late_hook_after(lambda m: m[0].weight.requires_grad_(False), nn.ReLU()) == (2, True)
-""")
+""",
+}

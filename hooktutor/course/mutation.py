@@ -115,6 +115,7 @@ class Mutant:
     build: Callable[[], Any]   # returns the mutated solution (function or class)
 
     applied: Callable[[], bool] | None = None   # a context mutant: whether it changed anything
+    called: Callable[[], bool] | None = None    # a context mutant: whether the check called it here
 
     @property
     def id(self) -> str:
@@ -459,15 +460,18 @@ def _backward_calls():
 
 def _context(name: str, solution: Any, after: str, wrap: Callable[[Callable, tuple, dict, list], Any]) -> Mutant:
     applied: list[bool] = []
+    calls: list[int] = []
 
     def build() -> Any:
         applied.clear()
+        calls.clear()
 
         @functools.wraps(solution)
         def answer(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
             return wrap(solution, args, kwargs, applied)
         return answer
-    return Mutant("context", 0, name, after, build, applied=lambda: bool(applied))
+    return Mutant("context", 0, name, after, build, applied=lambda: bool(applied), called=lambda: bool(calls))
 
 
 def context_mutants(solution: Any) -> list[Mutant]:
@@ -605,6 +609,19 @@ def _leaves(value: Any) -> list:
         return [value]
 
 
+def _runs_elsewhere(exercise: Any, answer: Any, mutant: Mutant) -> bool:
+    """True when the check's first case never calls ``answer`` in this process (a DDP or FSDP
+    check sends the answer's source to new processes): a wrapper around the solution, which is
+    what a context mutant is, then never runs, and the whole check would only run the solution."""
+    if not exercise.cases:
+        return False
+    description, case = exercise.cases[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exercise._run_case(description, case, answer)
+    return not mutant.called()
+
+
 @dataclass
 class Outcome:
     mutant: Mutant
@@ -622,6 +639,7 @@ def run(exercise: Any, only: set[str] | None = None, *, context: bool = True, co
     mutant_limit = getattr(exercise, "mutant_time_limit_s", MUTANT_TIME_LIMIT_S)
     limit, exercise.time_limit = exercise.time_limit, min(exercise.time_limit, mutant_limit)
     try:
+        elsewhere = None
         todo = ((mutants(exercise._solution) if code else [])
                 + (context_mutants(exercise._solution) if context else []))
         for mutant in todo:
@@ -632,6 +650,13 @@ def run(exercise: Any, only: set[str] | None = None, *, context: bool = True, co
             try:
                 answer = mutant.build()
             except Exception:   # a mutant Python refuses to compile is no mutant
+                continue
+            if mutant.operator == "context" and elsewhere is None:
+                elsewhere = _runs_elsewhere(exercise, answer, mutant)   # a property of the check: once
+                answer = mutant.build()   # afresh: what the probe applied is not counted
+            if mutant.operator == "context" and elsewhere:
+                outcomes.append(Outcome(mutant, False, "the check never calls the answer in this process "
+                                        "(it runs the answer's source elsewhere)", applicable=False))
                 continue
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")   # a mutant may use a deprecated hook

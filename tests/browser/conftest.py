@@ -89,7 +89,9 @@ class Lab:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url(path), data=data, method=method,
                                      headers={"Content-Type": "application/json"} if data else {})
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        # only a hang gets near the limit: on a busy laptop the formgrader's first answer (nbgrader
+        # importing, its database made) took more than 10 s
+        with urllib.request.urlopen(req, timeout=120) as resp:
             body = resp.read()
         return json.loads(body) if body else None
 
@@ -220,6 +222,8 @@ def lab(tmp_path_factory):
 
 # -- the browser ----------------------------------------------------------------------------
 
+WAIT_MS = 90_000   # the longest any wait in the browser tests waits: only a hang reaches it
+
 @pytest.fixture(scope="session")
 def browser():
     """Headless Chromium (Debian's), driven by playwright's sync API."""
@@ -229,6 +233,11 @@ def browser():
         unavailable("the Python package playwright is not installed")
     if not (os.path.exists(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         unavailable(f"{CHROMIUM} is missing")
+    from playwright.sync_api import expect
+
+    # waits end when the page is ready; their limits are only for a hang (a busy laptop, load 6 on
+    # 2 cores, took more than playwright's 5 s for a redraw): never a measure of speed
+    expect.set_options(timeout=WAIT_MS)
     pw = sync_playwright().start()
     try:
         chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
@@ -259,7 +268,7 @@ def fresh_page(browser, lab, request, viewport, prefix=""):
     ``viewport``, the page; on failure a full-page screenshot in test-artifacts/."""
     lab.delete_sessions()
     context = browser.new_context(viewport=viewport)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(WAIT_MS)
     pg = context.new_page()
     try:
         yield pg
@@ -452,7 +461,7 @@ class Probe:
         out = self.page.locator(".test-probe-out")
         self.page.locator(".test-probe").click()
         self.clicks += 1
-        expect(out).to_contain_text(f"probe {self.clicks}", timeout=15_000)
+        expect(out).to_contain_text(f"probe {self.clicks}", timeout=WAIT_MS)
         lines = out.inner_text().strip().splitlines()
         assert "attached to" in lines[1], lines
         return [tuple(line.split()[:3]) for line in lines[3:]]  # after the counter, title and header
@@ -461,7 +470,7 @@ class Probe:
 def assert_toggle_round_trip(page, hook: tuple[str, str, str]) -> None:
     """Click the page's hook_toggle on, then off, through the real checkbox.
 
-    Each click must change the picture and the status within a second, and the kernel
+    Each click must change the picture and the status (how fast: benchmarks/widget_latency.py), and the kernel
     (asked through the probe button) must hold exactly the hooks the page reports: ``[hook]``,
     then none, with the first picture back.
     """
@@ -480,16 +489,16 @@ def assert_toggle_round_trip(page, hook: tuple[str, str, str]) -> None:
     assert probe() == []
 
     checkbox.click()  # the real checkbox on the page
-    expect(picture).not_to_have_attribute("src", src_off, timeout=15_000)
-    expect(status).to_contain_text("(1 hook on features.0)", timeout=15_000)
+    expect(picture).not_to_have_attribute("src", src_off, timeout=WAIT_MS)
+    expect(status).to_contain_text("(1 hook on features.0)", timeout=WAIT_MS)
     expect(status).to_contain_text("hook on · loss ")
     expect(checkbox).to_be_checked()
     assert status.text_content() != text_off
     assert probe() == [hook], "the kernel has exactly the hook the page says"
 
     checkbox.click()
-    expect(status).to_contain_text("(0 hooks on features.0)", timeout=15_000)
-    expect(picture).to_have_attribute("src", src_off, timeout=15_000)  # the same picture as before
+    expect(status).to_contain_text("(0 hooks on features.0)", timeout=WAIT_MS)
+    expect(picture).to_have_attribute("src", src_off, timeout=WAIT_MS)  # the same picture as before
     expect(status).to_have_text(text_off)
     expect(checkbox).not_to_be_checked()
     assert probe() == []

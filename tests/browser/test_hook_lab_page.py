@@ -1,5 +1,5 @@
 """The hook lab (``notebooks/06_hook_lab.ipynb``) in JupyterLab: choosing a mode in a panel's
-dropdown attaches the hook, and the page shows it within a second: the pictures, the loss
+dropdown attaches the hook, and the page shows it: the pictures, the loss
 line and the hook table, which must agree with ``list_hooks`` in the kernel (asked through
 the probe button of ``conftest.py``, appended to the copy of the notebook). At a laptop size
 (1366x768) no label, button or choice of its panel is cut off and every control changes what
@@ -20,6 +20,7 @@ import pytest
 from .conftest import (
     PROBE,
     ROOT,
+    WAIT_MS,
     Probe,
     assert_no_errors,
     copy_notebook,
@@ -45,7 +46,7 @@ def ran_hook_lab(browser, lab):
     shown; a server with no other kernel running."""
     lab.delete_sessions()
     context = browser.new_context(viewport=LAPTOP)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(WAIT_MS)
     pg = context.new_page()
     try:
         open_notebook(pg, lab, copy_notebook(lab, LAB, extra_cells=[PROBE.format(model="cnn")],
@@ -75,7 +76,7 @@ def laptop(ran_hook_lab, request):
     yield from hook_lab_at(ran_hook_lab, request, LAPTOP)
 
 
-def test_choosing_modes_in_the_panel_attaches_hooks_and_redraws_within_a_second(page):
+def test_choosing_modes_in_the_panel_attaches_hooks_and_redraws(page):
     from playwright.sync_api import expect
 
     assert_no_errors(page)
@@ -106,40 +107,40 @@ def test_choosing_modes_in_the_panel_attaches_hooks_and_redraws_within_a_second(
 
     # observe: a hook that changes nothing but the status line and the table
     mode("features.0").select_option("observe")
-    expect(rows).to_have_count(1, timeout=15_000)
-    expect(loss).not_to_have_text(loss_off, timeout=15_000)
+    expect(rows).to_have_count(1, timeout=WAIT_MS)
+    expect(loss).not_to_have_text(loss_off, timeout=WAIT_MS)
     expect(loss).to_contain_text("features.0=observe")
     assert shown_rows() == [("features.0", "forward", "lab-cnn.observe")] == probe()
 
     # zero on the layer the activation view shows: every view changes
     mode("features.0").select_option("zero")
-    expect(activation).not_to_have_attribute("src", act_off, timeout=15_000)
-    expect(gradients).not_to_have_attribute("src", grad_off, timeout=15_000)
-    expect(rows.first).to_contain_text("lab-cnn.zero", timeout=15_000)
+    expect(activation).not_to_have_attribute("src", act_off, timeout=WAIT_MS)
+    expect(gradients).not_to_have_attribute("src", grad_off, timeout=WAIT_MS)
+    expect(rows.first).to_contain_text("lab-cnn.zero", timeout=WAIT_MS)
     expect(loss).to_contain_text("features.0=zero")
     assert shown_rows() == [("features.0", "forward", "lab-cnn.zero")] == probe()
 
     # a second layer: two rows
     mode("features.4").select_option("scale_grad")
-    expect(rows).to_have_count(2, timeout=15_000)
+    expect(rows).to_have_count(2, timeout=WAIT_MS)
     assert sorted(shown_rows()) == sorted(probe()) == [("features.0", "forward", "lab-cnn.zero"),
                                                       ("features.4", "forward", "lab-cnn.scale_grad(x2)")]
 
     # off again: the hooks are gone and the page shows exactly what it showed before
     mode("features.4").select_option("off")
-    expect(rows).to_have_count(1, timeout=15_000)
+    expect(rows).to_have_count(1, timeout=WAIT_MS)
     mode("features.0").select_option("off")
-    expect(rows).to_have_count(0, timeout=15_000)
+    expect(rows).to_have_count(0, timeout=WAIT_MS)
     expect(table).to_contain_text("0 hooks attached to SmallCNN")
-    expect(activation).to_have_attribute("src", act_off, timeout=15_000)
-    expect(gradients).to_have_attribute("src", grad_off, timeout=15_000)
-    expect(loss).to_have_text(loss_off, timeout=15_000)
+    expect(activation).to_have_attribute("src", act_off, timeout=WAIT_MS)
+    expect(gradients).to_have_attribute("src", grad_off, timeout=WAIT_MS)
+    expect(loss).to_have_text(loss_off, timeout=WAIT_MS)
     assert probe() == []
 
     # the layer selector of the activation view
     panel.locator(".widget-dropdown", has=page.locator("label", has_text=re.compile(r"^show$"))) \
         .locator("select").select_option("features.4")
-    expect(activation).not_to_have_attribute("src", act_off, timeout=15_000)
+    expect(activation).not_to_have_attribute("src", act_off, timeout=WAIT_MS)
 
 
 def test_the_hook_lab_fits_a_laptop_screen_and_every_control_shows(laptop):

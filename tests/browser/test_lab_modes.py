@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, _environment, open_notebook, require_jupyterlab, serve_lab, write_notebook
+from .conftest import ROOT, WAIT_MS, _environment, open_notebook, require_jupyterlab, serve_lab, write_notebook
 
 pytestmark = pytest.mark.browser
 
@@ -59,7 +59,7 @@ def test_learner_lab_has_no_nbgrader_or_news_prompt_and_instructor_lab_has_nbgra
     assert (defaults["fetchNews"], defaults["checkForUpdates"]) == ("false", False), defaults
     assert "fetchNews" not in settings["settings"]  # nothing of a user's is involved
     context = browser.new_context(viewport={"width": 1366, "height": 768})
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(WAIT_MS)
     page = context.new_page()
     try:
         open_notebook(page, lab, write_notebook(lab, "mode.ipynb", ["1 + 1"]))
@@ -110,7 +110,7 @@ def test_instructor_mode_saves_into_its_copy_and_its_formgrader_lists_the_assign
     copy = lab.root / "lessons" / "00_start_here.ipynb"
     before = copy.stat().st_mtime_ns
     context = browser.new_context(viewport={"width": 1366, "height": 768})
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(WAIT_MS)
     page = context.new_page()
     try:
         open_notebook(page, lab, "lessons/00_start_here.ipynb")
@@ -132,7 +132,7 @@ def _status(lab, path: str) -> int:
     import urllib.request
 
     try:
-        with urllib.request.urlopen(lab.url(path), timeout=10) as resp:
+        with urllib.request.urlopen(lab.url(path), timeout=120) as resp:
             return resp.status
     except urllib.error.HTTPError as exc:
         return exc.code

@@ -23,6 +23,7 @@ from .conftest import (
     ARTIFACTS,
     CURRENT,
     ROOT,
+    WAIT_MS,
     assert_no_errors,
     fresh_page,
     open_notebook,
@@ -189,12 +190,12 @@ def test_every_lesson_widget_fits_a_laptop_screen_and_every_click_shows(laptop, 
         assert_nothing_cut_off(widget, f"{lesson}'s Try it live widget")
         before_status, before_view = status.text_content(), view.inner_html()
         click()
-        expect(status).not_to_have_text(before_status, timeout=15_000)
+        expect(status).not_to_have_text(before_status, timeout=WAIT_MS)
         # the view changes where the lesson's hook changes it (lesson 02's hook only observes)
         if "observe" not in dict(cells)[lesson]:
             assert changed(view.inner_html, before_view), f"{lesson}: ticking the box left the view as it was"
         shot(widget, f"{lesson}-try-it-live-ticked")
         assert_nothing_cut_off(widget, f"{lesson}'s Try it live widget, ticked")
         unclick()
-        expect(status).to_have_text(before_status, timeout=15_000)
+        expect(status).to_have_text(before_status, timeout=WAIT_MS)
         wait_idle(laptop)

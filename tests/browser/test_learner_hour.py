@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from .conftest import ARTIFACTS, CURRENT, ROOT, close_all, load_lab, open_in_lab
+from .conftest import ARTIFACTS, CURRENT, ROOT, WAIT_MS, close_all, load_lab, open_in_lab
 
 pytestmark = pytest.mark.browser
 
@@ -148,7 +148,7 @@ def loaded_lab(browser, lab):
     (each test opens its lesson in it and closes it after: no page load per lesson)."""
     lab.delete_sessions()
     context = browser.new_context(viewport=LAPTOP)
-    context.set_default_timeout(15_000)
+    context.set_default_timeout(WAIT_MS)
     page = context.new_page()
     try:
         load_lab(page, lab)

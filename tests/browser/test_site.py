@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, free_port, unavailable
+from .conftest import ROOT, WAIT_MS, free_port, unavailable
 
 pytestmark = pytest.mark.browser
 
@@ -66,7 +66,7 @@ def served(site):
                 break
             except (urllib.error.URLError, ConnectionError, OSError):
                 if time.monotonic() > deadline or proc.poll() is not None:
-                    pytest.fail("python -m http.server did not serve the site within 20 s", pytrace=False)
+                    pytest.fail("python -m http.server did not serve the site within 60 s", pytrace=False)
                 time.sleep(0.1)
         yield base
     finally:
@@ -180,7 +180,7 @@ def test_the_landing_page_orients_and_the_download_is_the_learners_notebook(site
             assert row.count() == 1 and lesson.level in row.inner_text() and lesson.time in row.inner_text(), \
                 lesson.stem
         assert page.locator('.hooktutor-launch a[href="00_start_here.html"]').count() == 1
-        with urllib.request.urlopen(f"{served}/_static/notebooks/01_tensor_hooks.ipynb", timeout=10) as resp:
+        with urllib.request.urlopen(f"{served}/_static/notebooks/01_tensor_hooks.ipynb", timeout=120) as resp:
             nb = json.loads(resp.read().decode("utf-8"))
         answers = [c for c in nb["cells"] if "solution" in c["metadata"].get("tags", [])]
         assert answers and all("raise NotImplementedError" in "".join(c["source"]) for c in answers)
@@ -212,7 +212,7 @@ def test_search_finds_a_hook_api(served, browser):
     try:
         page.goto(f"{served}/search.html?q={SEARCHED}")
         results = page.locator("#search-results ul.search li")
-        results.first.wait_for(timeout=15_000)
+        results.first.wait_for(timeout=WAIT_MS)
         hrefs = [a.get_attribute("href") for a in page.locator("#search-results ul.search li a").all()]
         assert any(h and h.startswith("04_backward_hooks.html") for h in hrefs), hrefs
     finally:
