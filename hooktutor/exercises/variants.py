@@ -653,7 +653,9 @@ def _compare_state(got: dict, ref: dict, variant: str) -> None:
                                  f"your answer left a .grad on {qual}.{name} that should not be there (or "
                                  "removed one): clear the gradients your own backward() put on the caller's "
                                  "parameters (p.grad = None), and leave theirs") if g is not None else
-                             f"your answer removed the .grad of {qual}.{name}: leave the caller's gradients")
+                             f"{qual}.{name}.grad is None after your answer, where the solution leaves a "
+                             "gradient: your answer removed it (leave the caller's gradients), or computed "
+                             "gradients without .backward() (torch.autograd.grad fills no .grad)")
         if kind == "requires_grad":
             raise Difference("state", f"{qual}.{name}.requires_grad", r, g, (
                 "your answer changed requires_grad of a parameter it was given: restore it"))
