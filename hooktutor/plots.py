@@ -56,14 +56,19 @@ def to_png(fig: Any, dpi: int = 72) -> bytes:
 
 def histogram(values: torch.Tensor, *, title: str = "activations", bins: int = 40, ax: Any = None,
               color: str = "tab:blue"):
-    """Histogram of a tensor's values, with the fraction of exact zeros in the title."""
+    """Histogram of a tensor's values, with the fraction of exact zeros in the title (and the
+    number of inf and nan values, which have no bin)."""
     data = values.detach().float().flatten().cpu()
+    finite = torch.isfinite(data)
+    bad = int(data.numel() - finite.sum())
+    data = data[finite]
     fig, axes = _new(ax=ax)
     a = axes if ax is not None else axes[0][0]
     a.hist(data.numpy(), bins=bins, color=color)
     zeros = float((data == 0).float().mean()) if data.numel() else 0.0
-    a.set_title(f"{title}  (min {float(data.min()) + 0.0:.2f}, zeros {zeros:.0%})" if data.numel() else title,
-                fontsize=11)
+    note = f", {bad} inf/nan" if bad else ""
+    a.set_title(f"{title}  (min {float(data.min()) + 0.0:.2f}, zeros {zeros:.0%}{note})" if data.numel()
+                else f"{title}  ({bad} inf/nan)" if bad else title, fontsize=11)
     a.set_xlabel("value")
     a.set_ylabel("count")
     return fig
@@ -308,6 +313,9 @@ class LiveHistogram:
         import numpy as np
 
         data = values.detach().float().flatten().cpu().numpy()
+        finite = np.isfinite(data)
+        bad = int(data.size - finite.sum())   # inf and nan have no bin: counted in the title
+        data = data[finite]
         if data.size == 0:
             data = np.zeros(1, dtype=np.float32)
         lo, hi = float(data.min()), float(data.max())
@@ -322,7 +330,8 @@ class LiveHistogram:
         self.ax.set_xlim(lo, hi)
         self.ax.set_ylim(0, max(1.0, float(counts.max()) * 1.05))
         zeros = float((data == 0).mean())
-        self.title.set_text(f"{title}\nmin {float(data.min()) + 0.0:.2f}, zeros {zeros:.0%}")
+        note = f", {bad} inf/nan" if bad else ""
+        self.title.set_text(f"{title}\nmin {float(data.min()) + 0.0:.2f}, zeros {zeros:.0%}{note}")
         return _png_of(self.fig)
 
 

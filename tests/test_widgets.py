@@ -903,3 +903,20 @@ def test_panel_without_inplace_modules_has_an_empty_inplace_status():
         assert panel.inplace_box is None and panel.inplace_html.value == "" and panel.inplace_text == ""
     finally:
         panel.close()
+
+
+def test_the_histograms_draw_a_layer_whose_output_holds_inf_or_nan():
+    """A hook that scales by a huge factor, or a model that diverged, leaves inf or nan in a
+    layer's output: the hook lab's histogram (and the static one) draws the finite values and
+    counts the others in its title, where numpy's histogram would refuse the range."""
+    from hooktutor import plots
+
+    values = torch.tensor([1.0, float("inf"), -2.0, float("nan"), 0.0])
+    live = plots.LiveHistogram()
+    assert live.png(values, "features.0").startswith(b"\x89PNG")
+    assert live.title.get_text() == "features.0\nmin -2.00, zeros 33%, 2 inf/nan"
+    assert live.png(torch.tensor([float("inf")])).startswith(b"\x89PNG")
+    assert plots.histogram(values).axes[0].get_title() == "activations  (min -2.00, zeros 33%, 2 inf/nan)"
+    assert plots.histogram(torch.tensor([float("nan")])).axes[0].get_title() == "activations  (1 inf/nan)"
+    live.png(torch.tensor([1.0, 2.0]))
+    assert "inf/nan" not in live.title.get_text()   # said only where there are some
