@@ -16,10 +16,20 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 import pytest
 
 os.environ.pop("MPLBACKEND", None)
+
+# Python 3.13.0 only: torch.compile warns "Guards may run slower on Python 3.13.0" on stderr at a
+# kernel's first compile (a CPython bug fixed in 3.13.1; it says nothing about hooks), which strict
+# nbval reads as a changed output of lessons 02 and 11. The kernels, lab servers and processes the
+# suite starts inherit this filter; a learner on 3.13.0 sees the warning (docs/python-versions.md
+# says so, and to use 3.13.1 or newer).
+if sys.version_info[:3] == (3, 13, 0):
+    _GUARDS = "ignore:Guards may run slower on Python 3.13.0:RuntimeWarning"
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), _GUARDS]))
 
 
 def pytest_addoption(parser):
