@@ -285,7 +285,10 @@ def test_09_only_the_innermost_saved_tensors_pair_is_called():
             (w * w).sum()
         assert len(outer) == 2 and len(inner) == 2
         ckpt.checkpoint(lambda t: (t * t).sin(), w, use_reentrant=False)
-        assert len(outer) == 3  # the checkpoint's input, not the three tensors its ops saved
+        # the checkpoint's input, not the three tensors its ops saved (w, w and w * w); torch 2.11
+        # also packs an empty placeholder of the checkpoint's own
+        packed = [t for t in outer[2:] if t.numel()]
+        assert len(packed) == 1 and torch.equal(packed[0], w)
 
 
 def test_09_under_torch_func_grad_only_a_tensor_hook_registered_inside_fires():

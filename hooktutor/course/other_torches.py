@@ -307,7 +307,8 @@ def report(out: Path, result_files: list[Path], pinned: str = "", carry: tuple[s
                                 versions.version_tuple(r.get("transformers") or "0")))
     lessons = sorted({stem for r in results for stem in r["notebooks"]})
     old = out.read_text() if out.exists() and carry else ""
-    carried = [c for kind in carry for c in carried_columns(old, kind, set())]
+    this_run = {env_name(r) for r in results}   # a column this run has is never carried as well
+    carried = [c for kind in carry for c in carried_columns(old, kind, this_run)]
 
     def order(r: dict) -> tuple:
         if r.get("carried"):

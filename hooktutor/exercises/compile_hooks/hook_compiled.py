@@ -31,6 +31,7 @@ import torch._dynamo
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from ...course import claims
 from ...inventory import remove_row
 from .. import kit
 from ..core import Exercise, Tester, learners_hooks
@@ -258,10 +259,14 @@ def _uncompile(compiled, layer, hook):
     return handle
 
 
-@exercise.wrong("freezes the layer's weight to force a recompile, no reset", mentions="leave the model as it was")
+# where the guards check requires_grad, the next call compiles again and the hook runs, but the layer is
+# left frozen; where they do not (torch 2.11), nothing compiles again and the hook is skipped
+@exercise.wrong("freezes the layer's weight to force a recompile, no reset",
+                mentions=("leave the model as it was" if claims.expected("compile-guards-requires-grad")
+                          else "a next call that compiles again"))
 def _freezes(compiled, layer, hook):
     handle = layer.register_forward_hook(hook)
-    layer.weight.requires_grad_(False)   # a guarded flag: the next call compiles again, the layer stays frozen
+    layer.weight.requires_grad_(False)   # a guarded flag since 2.13: the next call compiles again, frozen
     return handle
 
 
