@@ -120,25 +120,6 @@ def _compile_skips_late_hook() -> bool:
     return not fired
 
 
-def _compile_guards_requires_grad() -> bool:
-    import torch
-    import torch._dynamo
-    from torch import nn
-
-    torch._dynamo.reset()
-    graphs = []
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
-    compiled = torch.compile(model, backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)
-    try:
-        with torch.no_grad():
-            compiled(torch.ones(2, 4))
-            model[0].weight.requires_grad_(False)
-            compiled(torch.ones(2, 4))
-    finally:
-        torch._dynamo.reset()
-    return len(graphs) == 2
-
-
 def _error_names_forward_op() -> bool:
     import torch
     from torch import nn
@@ -557,20 +538,6 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "(and warns that it cannot trace `list.append`), the 2.13.0 wheel one; 2.12 was not run, so "
                  "the first release is bracketed between 2.11.0 and 2.13.0",
         probe=_compile_traces_capture_hooks,
-    ),
-    Claim(
-        id="compile-guards-requires-grad",
-        kind="behaviour",
-        lessons=("11_compile_and_export",),
-        where="exercise hook_compiled (the wrong answer that freezes the layer's weight to force a recompile)",
-        before="flipping a parameter's `requires_grad` between two compiled calls under `no_grad` compiles "
-               "nothing again: the next call runs the old graph (and skips a late hook)",
-        after="the compiled model's guards check each parameter's `requires_grad`: the next call compiles "
-              "again (and so traces a late hook in)",
-        since="2.13.0",
-        evidence="observed: the 2.11.0 wheel (Colab's) makes one graph for the two calls, the 2.13.0 wheel two; "
-                 "2.12 was not run, so the first release is bracketed between 2.11.0 and 2.13.0",
-        probe=_compile_guards_requires_grad,
     ),
     Claim(
         id="export-strict-tensor-hook-grad",
