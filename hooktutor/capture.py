@@ -182,7 +182,11 @@ def _frames_traced() -> int:
 
 def _compiled_wrappers(model: nn.Module) -> list[_CompiledWrapper]:
     """Every ``OptimizedModule`` that ``model`` is, wraps, or contains, outermost first (a wrapper
-    registers what it wraps as a submodule: ``_orig_mod``, DDP's ``module``)."""
+    registers what it wraps as a submodule: ``_orig_mod``, DDP's ``module``). None where Dynamo,
+    whose class ``OptimizedModule`` is, was never imported: then no walk of the model (a capture on
+    a small model pays for it on every step)."""
+    if "torch._dynamo.eval_frame" not in sys.modules:
+        return []
     return [_CompiledWrapper(name, module) for name, module in model.named_modules()
             if type(module).__name__ == "OptimizedModule"]
 

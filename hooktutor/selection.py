@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Union
 
 from torch import nn
+from torch.nn.parallel import DataParallel, DistributedDataParallel  # loaded by `import torch` already
 
 LayerSpec = Union[None, str, Iterable[str], type, Callable[[str, nn.Module], bool]]
 
@@ -46,8 +47,6 @@ def wrapper_prefix(model: nn.Module) -> str:
     for a ``DistributedDataParallel`` or ``DataParallel`` (``08_training_hooks``),
     ``"_orig_mod."`` for what ``torch.compile(model)`` returns, both when one wraps the other;
     ``""`` for a plain model. Every name a toolkit function accepts may leave it out."""
-    from torch.nn.parallel import DataParallel, DistributedDataParallel
-
     prefix = ""
     while True:
         if isinstance(model, (DistributedDataParallel, DataParallel)):
