@@ -4,11 +4,15 @@ The notebook kernels that nbval and the tests start inherit this process's envir
 MPLBACKEND set in the shell (or by a library) would make them draw nowhere instead of
 inline, and every stored figure would go missing, so it is removed here.
 
+Every lesson runs twice under nbval, in one kernel: its learner's edition (every exercise blank),
+then the lesson itself, with a probe for hooks left behind after every cell
+(``hooktutor/course/nbval_twice.py``); the kernel computes as an AVX2 laptop would.
+
 With ``--cpu-profiles=default`` (or ``avx2``, or both) every notebook is also collected once per
 CPU profile (see ``hooktutor/course/cpu_profiles.py``): the same strict nbval comparison, in a
 kernel started with that profile's environment, so the stored outputs are checked against the
 numbers an older CPU computes. Their test ids read ``notebooks/NN_x.ipynb[cpu=default]::Cell 5``.
-The test command adds none: ``tests/test_rerun.py`` and the browser's learner's hour run every
+The test command adds none: nbval's own kernel and the browser's learner's hour run every
 notebook anyway, under ``avx2`` and ``default``, and hold it to its stored outputs.
 """
 
@@ -63,9 +67,12 @@ def pytest_collection_modifyitems(config, items):
     installed (hooktutor.course.other_torches.outputs_not_comparable: lesson 12 on Python 3.10,
     whose last transformers is 5.20.2), its cells still run and must pass their assertions, but
     their outputs are not compared; a warning in the summary says which lesson and why."""
-    cells = [item for item in items if item.path.suffix == ".ipynb" and hasattr(item, "options")]
-    if not cells:
+    if not any(item.path.suffix == ".ipynb" for item in items):
         return
+    from hooktutor.course.nbval_twice import insert_blank_runs
+
+    insert_blank_runs(items)
+    cells = [item for item in items if item.path.suffix == ".ipynb" and hasattr(item, "options")]
     import warnings
 
     from hooktutor.course.other_torches import outputs_not_comparable
@@ -77,6 +84,28 @@ def pytest_collection_modifyitems(config, items):
     for item in cells:
         if why[item.path]:
             item.options["check"] = False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    """A lesson's nbval kernel starts under the profile of ``nbval_twice``."""
+    if item.path.suffix != ".ipynb":
+        return (yield)
+    from hooktutor.course.nbval_twice import kernel_profile
+
+    with kernel_profile(item):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """After a lesson's cell: a blank check says "not written yet"; no hook is left behind."""
+    result = yield
+    if item.path.suffix == ".ipynb":
+        from hooktutor.course.nbval_twice import after_cell
+
+        after_cell(item)
+    return result
 
 
 def _relative(node, path):

@@ -274,7 +274,7 @@ def cmd_test(args: list[str]) -> int:
         # one worker per core; a notebook (all its cells) or a test file stays on one worker.
         # Files go out in collection order (the browser tests, then tests/, then the notebooks):
         # xdist's default reorder (most tests first) left the longest files, few tests each
-        # (the learner's hour, test_rerun.py), for the end, where they made the run's tail.
+        # (the learner's hour), for the end, where they made the run's tail.
         args = ["-n", "auto", "--dist", "loadfile", "--no-loadscope-reorder", *args]
     return run([python, "-m", "pytest", *args])
 

@@ -1,6 +1,6 @@
 """Notebook outputs compared the way nbval compares them: text only, after the sanitize file
 (tests/sanitize.cfg). Used by the tests that run a notebook outside nbval and hold its outputs to
-the stored ones (test_rerun.py, browser/test_learner_hour.py)."""
+the stored ones (browser/test_learner_hour.py; nbval compares its own way)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The CPU profiles really make torch compute like an older CPU.
 
 ``python3 course.py test`` holds the stored outputs to what each profile prints
-(``tests/test_rerun.py`` under ``avx2``, the browser's learner's hour under ``default``).
+(nbval's kernel under ``avx2``, ``hooktutor/course/nbval_twice.py``, the browser's learner's hour under ``default``).
 That run proves something only if the profile's variables reach the libraries inside torch:
 each test here starts a fresh Python with a profile and asks torch which instructions it used.
 """
@@ -18,7 +18,7 @@ from hooktutor.course.cpu_profiles import (
     BROWSER_PROFILE,
     CPU_PROFILES,
     DEFAULT_PROFILES,
-    RERUN_PROFILE,
+    NBVAL_PROFILE,
     parse,
     profile_environment,
 )
@@ -95,5 +95,5 @@ def pytester_notebook_ids():
 
 
 def test_every_profile_checks_the_stored_outputs_somewhere_and_once():
-    checked = [*DEFAULT_PROFILES, RERUN_PROFILE, BROWSER_PROFILE]
+    checked = [*DEFAULT_PROFILES, NBVAL_PROFILE, BROWSER_PROFILE]
     assert sorted(checked) == sorted(CPU_PROFILES)

@@ -11,12 +11,13 @@ each from its own environment variable:
 * MKL, the matrix products: ``MKL_ENABLE_INSTRUCTIONS``.
 
 Capping all three makes this machine compute like an older one. ``python3 course.py test`` holds
-every notebook's stored outputs to what three CPUs print: this machine's own under strict nbval,
-``avx2`` in ``tests/test_rerun.py`` (a Run All with every exercise blank, whose cells that are not
-exercises must print their stored outputs, then a Run All of the solved lesson in the same kernel,
-every cell compared) and ``default`` in the browser's Run All of each lesson with the solutions
-pasted in (``tests/browser/test_learner_hour.py``; its JupyterLab's kernels run under it). nbval
-can add profiles of its own (``--cpu-profiles=default,avx2``; the root ``conftest.py``). A number that
+every notebook's stored outputs to what three CPUs print: this machine's own, where ``regen``
+stored them; ``avx2`` under strict nbval (``hooktutor/course/nbval_twice.py``: a Run All with
+every exercise blank, whose cells that are not exercises must print their stored outputs, then
+the solved lesson in the same kernel, every cell compared); and ``default`` in the browser's Run
+All of each lesson with the solutions pasted in (``tests/browser/test_learner_hour.py``; its
+JupyterLab's kernels run under it). nbval can add profiles of its own
+(``--cpu-profiles=default``; the root ``conftest.py``). A number that
 only holds on the CPU that stored it fails here instead of on a learner's laptop. ``ATEN_CPU_CAPABILITY`` alone is
 not enough: on an AVX-512 machine it left the convolutions on AVX-512 and passed a notebook
 that fails on a real AVX2 CPU.
@@ -38,13 +39,32 @@ CPU_PROFILES: dict[str, dict[str, str]] = {
     "default": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
                 "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"},
 }
-# The test command runs every notebook four times, and each run holds the outputs to the stored
-# ones as another CPU computes them: nbval (this machine's own CPU), the two Run Alls of
-# tests/test_rerun.py in one kernel (exercises blank, then solved) and the learner's hour in the
-# browser (tests/browser/test_learner_hour.py, solutions pasted in).
+# The test command runs every notebook three times, and each run holds the outputs to the stored
+# ones as another CPU computes them: nbval's two Run Alls in one kernel (exercises blank, then
+# solved; hooktutor/course/nbval_twice.py) under NBVAL_PROFILE, and the learner's hour in the
+# browser (tests/browser/test_learner_hour.py, solutions pasted in) under BROWSER_PROFILE.
 DEFAULT_PROFILES: tuple[str, ...] = ()   # extra strict-nbval runs (--cpu-profiles adds them)
-RERUN_PROFILE = "avx2"                   # tests/test_rerun.py's kernel
+NBVAL_PROFILE = "avx2"                   # the kernel of each lesson under nbval
 BROWSER_PROFILE = "default"              # the kernels of the browser tests' JupyterLab
+
+
+def runs_here(name: str) -> bool:
+    """Whether this CPU can compute as profile ``name`` does: ``default`` everywhere, ``avx2``
+    on an x86 CPU with AVX2 (on another CPU torch would ignore the cap, with a warning)."""
+    if name == "default":
+        return True
+    try:
+        import torch
+
+        return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    except (ImportError, AttributeError):
+        return False
+
+
+def nbval_profile() -> str:
+    """The profile of the lessons' nbval kernels here: ``NBVAL_PROFILE``, or ``""`` (this CPU's
+    own) where this CPU cannot compute as it does."""
+    return NBVAL_PROFILE if runs_here(NBVAL_PROFILE) else ""
 
 
 def parse(spec: str) -> list[str]:

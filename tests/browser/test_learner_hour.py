@@ -11,7 +11,8 @@ closes its widget, and the widget must keep its last picture); every check cell 
 The server's kernels compute as a CPU with no vector extensions would
 (``cpu_profiles.BROWSER_PROFILE``): the lesson, saved after its Run All, must hold the stored
 outputs in every cell that is not an exercise (compared as nbval compares them). With nbval
-(this CPU) and tests/test_rerun.py (``avx2``), every stored output is checked on three CPUs.
+(``avx2``, hooktutor/course/nbval_twice.py) and the CPU that stored them, every stored output
+is checked on three CPUs.
 """
 
 from __future__ import annotations
