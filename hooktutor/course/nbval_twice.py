@@ -31,7 +31,6 @@ import ast
 import copy
 from collections import defaultdict
 from contextlib import contextmanager
-from pathlib import Path
 
 HOOKS_LEFT_TAG = "hooks-left"
 NOT_WRITTEN = "is not written yet"
@@ -86,23 +85,20 @@ def _options(cell, compare: bool) -> defaultdict:
     return options
 
 
-def blank_cells(lesson, stored_cells: list):
-    """The learner's edition of ``lesson`` (a notebook path), its code cells carrying the stored
-    outputs of the lesson's cells where they are not exercises. Exercise cells carry none (nbval
-    then only runs them)."""
-    import nbformat
-
+def blank_cells(lesson, name: str) -> list:
+    """The code cells of the learner's edition of ``lesson`` (the notebook nbval read; ``name``:
+    its file's stem), each carrying the stored outputs of the lesson's cell where it is not an
+    exercise. Exercise cells carry none (nbval then only runs them)."""
     from hooktutor.course import student
 
-    path = Path(lesson)
-    edition, _ = student.convert(nbformat.read(path, as_version=4), path.stem, keep_solutions=False)
+    stored_cells = [c for c in lesson.cells if c.cell_type == "code"]
+    edition, _ = student.convert(copy.deepcopy(lesson), name, keep_solutions=False)
     blank = [c for c in edition.cells if c.cell_type == "code"]
     if len(blank) != len(stored_cells):
-        raise ValueError(f"{path.name}: the learner's edition has {len(blank)} code cells, the lesson "
+        raise ValueError(f"{name}: the learner's edition has {len(blank)} code cells, the lesson "
                          f"{len(stored_cells)}; student.convert must keep every code cell")
     cells = []
-    for mine, stored in zip(blank, stored_cells, strict=True):
-        cell = copy.deepcopy(mine)
+    for cell, stored in zip(blank, stored_cells, strict=True):   # the edition is a copy already
         if not cell.metadata.get("nbgrader"):
             cell.outputs = copy.deepcopy(stored.outputs)
             cell.execution_count = stored.execution_count
@@ -147,10 +143,9 @@ def insert_blank_runs(items: list) -> None:
         if isinstance(item, IPyNbCell) and _is_lesson_file(item.parent):
             firsts.setdefault(item.parent, index)
     for parent, index in sorted(firsts.items(), key=lambda kv: -kv[1]):
-        stored = [c for c in parent.nb.cells if c.cell_type == "code"]
         compare = parent.compare_outputs
         try:
-            cells = blank_cells(parent.path, stored)
+            cells = blank_cells(parent.nb, parent.path.stem)
         except (ValueError, student.MarkingError) as exc:   # an author's mistake: one failing item says it
             items.insert(index, NoEdition.from_parent(parent, name="blank edition", why=str(exc)))
             continue
