@@ -74,6 +74,33 @@ def test_a_right_alternative_passes_every_case_kept_for_grading_included(label):
     assert report.passed, repr(report)
 
 
+def test_count_graphs_counts_again_where_the_process_state_changed_and_reuses_a_count_only_where_not():
+    """The check keeps its own count per case (a learner's next try compiles half as often); a
+    Dynamo setting or a global hook that an earlier answer left changes what a compile gives, so a
+    count made before it is not reused: the right answer passes, and a wrong one fails, there too."""
+    import importlib
+
+    from torch.nn.modules.module import register_module_forward_hook
+
+    module = importlib.import_module("hooktutor.exercises.compile_hooks.count_graphs")
+
+    assert compile_hooks.count_graphs.check(module.count_graphs, hidden=True).passed
+    kept = dict(module._TRUTHS)
+    assert kept and compile_hooks.count_graphs.check(module.count_graphs, hidden=True).passed
+    assert module._TRUTHS == kept   # nothing counted again
+    with torch._dynamo.config.patch(recompile_limit=1):   # the hook case now gives 1 graph, not 3
+        report = compile_hooks.count_graphs.check(module.count_graphs, hidden=True)
+        assert report.passed, repr(report)
+        assert not compile_hooks.count_graphs.check(lambda model, x, calls: 3 if calls == 3 else 0).passed
+    handle = register_module_forward_hook(lambda m, a, o: None)
+    try:
+        with pytest.warns(UserWarning, match="global hooks"):   # torch's own, about torch.compile
+            assert compile_hooks.count_graphs.check(module.count_graphs, hidden=True).passed
+    finally:
+        handle.remove()
+    assert len(module._TRUTHS) > len(kept)
+
+
 def test_the_hook_compiled_report_names_the_layer_and_keeps_the_fix_for_the_hints():
     """A layer named `0` reads as one ("zeroing the output of layer '0'"); the skipped-hook 'why'
     says what is missing, while the call that fixes it is left to the hints."""

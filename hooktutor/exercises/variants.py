@@ -669,7 +669,7 @@ def _compare_state(got: dict, ref: dict, variant: str) -> None:
 class Recording:
     args: tuple
     kwargs: dict
-    reference: dict[str, Run | None] = field(default_factory=dict)
+    reference: dict[str, Run | None] = field(default_factory=dict)   # per variant and global settings
 
 
 def record(exercise: Any, callers: set[int], run_case: Callable) -> Recording | None:
@@ -750,14 +750,17 @@ def _run_variants(exercise: Any, answer: Callable, callers: set[int], run_case: 
 
 def _reference_run(exercise: Any, recording: Recording, variant: str, callers: set[int],
                    deadline: Callable, off: dict) -> Run | None:
-    if variant in recording.reference:
-        return recording.reference[variant]
+    # kept per variant and per process-wide settings: a setting changed since (a learner's cell
+    # that sets Dynamo's recompile limit) can change what the reference gives
+    key = f"{variant} {sorted(global_settings().items())!r}"
+    if key in recording.reference:
+        return recording.reference[key]
     ref = None
     prepared = prepare(variant, *copy.deepcopy((recording.args, recording.kwargs)))
     if prepared is not None:
         run = run_once(exercise._solution, *prepared, callers, deadline, backward="backward" not in off)
         if run.error is None and run.settings is None:
             ref = run
-    recording.reference[variant] = ref
+    recording.reference[key] = ref
     return ref
 

@@ -39,12 +39,13 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 ENABLE_HINT = ("to run the browser tests install Debian's Chromium (`sudo apt-get install chromium`) and the "
                "Python package playwright (`pip install playwright`; never `playwright install`)")
 
-# Lab settings for a quiet, predictable page: no news or update checks (no network), every
-# cell attached to the page (no windowing), no dialog asking which kernel to start.
+# Lab settings for a quiet, predictable page: no news or update checks (no network), no dialog
+# asking which kernel to start. Cells are windowed as a learner's Lab windows them (its default,
+# "contentVisibility": every cell in the page, the browser skips drawing those out of view; so
+# the tests read an output's text with textContent, which does not depend on drawing).
 SETTINGS_OVERRIDES = {
     "@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False,
                                                     "doNotDisturbMode": True},
-    "@jupyterlab/notebook-extension:tracker": {"windowingMode": "none"},
     "@jupyterlab/docmanager-extension:plugin": {"autosave": False},
 }
 

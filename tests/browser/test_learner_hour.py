@@ -64,15 +64,15 @@ CELL_REPORT = """() => {
             const images = [...v.querySelectorAll('img')];
             const drawn = images.some(img => img.complete && img.naturalWidth > 0);
             const text = [...v.querySelectorAll('.widget-output, .jp-OutputArea-output')]
-                .some(o => o.innerText.trim().length > 0);
+                .some(o => o.textContent.trim().length > 0);
             return !drawn && !text;
         }).length;
         // a cell whose input is hidden (the set-up cell) shows a placeholder without a count
         const hidden = !!cell.querySelector('.jp-InputPlaceholder');
         const prompt = cell.querySelector('.jp-InputArea .jp-InputPrompt');
-        return {errors: [...errors].map(e => e.innerText.slice(0, 300)), views: views.length, blank: blank,
+        return {errors: [...errors].map(e => e.textContent.slice(0, 300)), views: views.length, blank: blank,
                 ran: hidden || (!!prompt && /\\[\\d+\\]/.test(prompt.textContent)),
-                text: [...cell.querySelectorAll('.jp-OutputArea-output')].map(o => o.innerText).join('\\n')};
+                text: [...cell.querySelectorAll('.jp-OutputArea-output')].map(o => o.textContent).join('\\n')};
     });
 }"""
 
