@@ -669,7 +669,7 @@ def _compare_state(got: dict, ref: dict, variant: str) -> None:
 class Recording:
     args: tuple
     kwargs: dict
-    reference: dict[str, Run | None] = field(default_factory=dict)   # per variant and global settings
+    reference: dict[tuple[str, str], Run | None] = field(default_factory=dict)   # (variant, global settings)
 
 
 def record(exercise: Any, callers: set[int], run_case: Callable) -> Recording | None:
@@ -752,7 +752,7 @@ def _reference_run(exercise: Any, recording: Recording, variant: str, callers: s
                    deadline: Callable, off: dict) -> Run | None:
     # kept per variant and per process-wide settings: a setting changed since (a learner's cell
     # that sets Dynamo's recompile limit) can change what the reference gives
-    key = f"{variant} {sorted(global_settings().items())!r}"
+    key = (variant, repr(sorted(global_settings().items())))
     if key in recording.reference:
         return recording.reference[key]
     ref = None
