@@ -276,6 +276,11 @@ def cmd_test(args: list[str]) -> int:
         # xdist's default reorder (most tests first) left the longest files, few tests each
         # (the learner's hour), for the end, where they made the run's tail.
         args = ["-n", "auto", "--dist", "loadfile", "--no-loadscope-reorder", *args]
+    # The run starts a hundred Python processes (workers, kernels, subprocesses) that import the
+    # course's modules: compiled to bytecode once here, each reads them from __pycache__, also
+    # where PYTHONDONTWRITEBYTECODE is set (CI's images set it; each process would compile them
+    # again, a quarter of a second for the whole package)
+    run([python, "-m", "compileall", "-q", str(ROOT / "hooktutor")])
     return run([python, "-m", "pytest", *args])
 
 
