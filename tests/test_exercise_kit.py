@@ -242,8 +242,8 @@ def test_variants_opt_out_by_name_and_the_reference_passes_every_variant():
     finally:
         del ex.not_varied["state"]
     recording = ex._variants_recording
-    assert recording is not None and {name for name, _ in recording.reference} == set(variants.VARIANTS)
-    applied = {name for (name, _), run in recording.reference.items() if run is not None}
+    assert recording is not None and {key[0] for key in recording.reference} == set(variants.VARIANTS)
+    applied = {key[0] for key, run in recording.reference.items() if run is not None}
     assert applied == set(variants.VARIANTS) - {"generation"}, "every variant but generation applies to count_calls"
 
 

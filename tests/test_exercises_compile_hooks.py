@@ -101,6 +101,60 @@ def test_count_graphs_counts_again_where_the_process_state_changed_and_reuses_a_
     assert len(module._TRUTHS) > len(kept)
 
 
+def test_count_graphs_counts_again_after_a_compile_stance_or_a_dynamo_setting_beyond_the_kits():
+    """torch.compiler.set_stance("force_eager") (no config setting) and Dynamo's `disable` (no
+    setting of global_settings()) make a compile give no graph. A count, or a reference run of the
+    kit's variants, kept from before either changed is not reused: a check run under the stance
+    accepts the right answer (0 graphs everywhere), and after it is set back the right answer still
+    passes and an answer that compiles but says 0 still fails."""
+    import importlib
+
+    from hooktutor.exercises.compile_hooks._shared import GraphCounter
+
+    module = importlib.import_module("hooktutor.exercises.compile_hooks.count_graphs")
+    exercise = compile_hooks.count_graphs
+
+    def says_zero(model, x, calls):
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=GraphCounter())
+        for _ in range(calls):
+            compiled(x)
+        return 0
+
+    assert exercise.check(module.count_graphs).passed      # the counts and the references kept
+    torch.compiler.set_stance("force_eager")
+    try:
+        report = exercise.check(module.count_graphs)
+    finally:
+        torch.compiler.set_stance("default")
+    assert report.passed, repr(report)
+    report = exercise.check(module.count_graphs)
+    assert report.passed, repr(report)
+    assert not exercise.check(says_zero, hidden=False).passed
+    with torch._dynamo.config.patch(disable=True):          # the cases count again; the variants too
+        report = exercise.check(module.count_graphs)
+    assert report.passed, repr(report)
+
+
+def test_count_graphs_counts_again_where_a_global_hook_was_swapped_for_another():
+    """One global forward hook for another: their number is the same, the count is not (a hook that
+    appends to a list makes the graph-break case compile on every call: 6 graphs, not 2)."""
+    import importlib
+
+    from torch.nn.modules.module import register_module_forward_hook
+
+    module = importlib.import_module("hooktutor.exercises.compile_hooks.count_graphs")
+    seen: list = []
+    for hook in (lambda m, a, o: None, lambda m, a, o: seen.append(1)):
+        handle = register_module_forward_hook(hook)
+        try:
+            with pytest.warns(UserWarning, match="global hooks"):   # torch's own, about torch.compile
+                report = compile_hooks.count_graphs.check(module.count_graphs, hidden=True)
+        finally:
+            handle.remove()
+        assert report.passed, repr(report)
+
+
 def test_the_hook_compiled_report_names_the_layer_and_keeps_the_fix_for_the_hints():
     """A layer named `0` reads as one ("zeroing the output of layer '0'"); the skipped-hook 'why'
     says what is missing, while the call that fixes it is left to the hints."""

@@ -669,7 +669,7 @@ def _compare_state(got: dict, ref: dict, variant: str) -> None:
 class Recording:
     args: tuple
     kwargs: dict
-    reference: dict[tuple[str, str], Run | None] = field(default_factory=dict)   # (variant, global settings)
+    reference: dict[tuple[str, str, str], Run | None] = field(default_factory=dict)   # (variant, settings)
 
 
 def record(exercise: Any, callers: set[int], run_case: Callable) -> Recording | None:
@@ -748,11 +748,22 @@ def _run_variants(exercise: Any, answer: Callable, callers: set[int], run_case: 
     return None
 
 
+def _compile_settings() -> str:
+    """All of Dynamo's settings and its stance (``torch.compiler.set_stance``, no config setting),
+    where Dynamo is imported: more than :func:`global_settings` reads, and each can change what a
+    reference that compiles gives (``disable=True``, ``set_stance("force_eager")``: no graph)."""
+    config, frame = sys.modules.get("torch._dynamo.config"), sys.modules.get("torch._dynamo.eval_frame")
+    if config is None:
+        return ""
+    return repr((sorted(config.get_config_copy().items()), getattr(frame, "_stance", None)))
+
+
 def _reference_run(exercise: Any, recording: Recording, variant: str, callers: set[int],
                    deadline: Callable, off: dict) -> Run | None:
     # kept per variant and per process-wide settings: a setting changed since (a learner's cell
-    # that sets Dynamo's recompile limit) can change what the reference gives
-    key = (variant, repr(sorted(global_settings().items())))
+    # that sets Dynamo's recompile limit, or disables it, or sets its stance) can change what the
+    # reference gives
+    key = (variant, repr(sorted(global_settings().items())), _compile_settings())
     if key in recording.reference:
         return recording.reference[key]
     ref = None
