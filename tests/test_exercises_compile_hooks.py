@@ -136,6 +136,24 @@ def test_count_graphs_counts_again_after_a_compile_stance_or_a_dynamo_setting_be
     assert report.passed, repr(report)
 
 
+def test_count_graphs_counts_again_where_torch_compile_was_replaced():
+    """A torch.compile put in its place by a cell (here one that compiles nothing): the check's own
+    count is made with it, as the answer's is, and a count kept from the real one is not used."""
+    import importlib
+
+    module = importlib.import_module("hooktutor.exercises.compile_hooks.count_graphs")
+    assert compile_hooks.count_graphs.check(module.count_graphs).passed
+    real = torch.compile
+    torch.compile = lambda model, **kwargs: model
+    try:
+        report = compile_hooks.count_graphs.check(module.count_graphs)
+    finally:
+        torch.compile = real
+    assert report.passed, repr(report)
+    report = compile_hooks.count_graphs.check(module.count_graphs)
+    assert report.passed, repr(report)
+
+
 def test_count_graphs_counts_again_where_a_global_hook_was_swapped_for_another():
     """One global forward hook for another: their number is the same, the count is not (a hook that
     appends to a list makes the graph-break case compile on every call: 6 graphs, not 2)."""

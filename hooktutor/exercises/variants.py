@@ -749,13 +749,14 @@ def _run_variants(exercise: Any, answer: Callable, callers: set[int], run_case: 
 
 
 def _compile_settings() -> str:
-    """All of Dynamo's settings and its stance (``torch.compiler.set_stance``, no config setting),
-    where Dynamo is imported: more than :func:`global_settings` reads, and each can change what a
-    reference that compiles gives (``disable=True``, ``set_stance("force_eager")``: no graph)."""
+    """``torch.compile`` (a cell may have put a wrapper in its place), and all of Dynamo's settings
+    and its stance (``torch.compiler.set_stance``, no config setting) where Dynamo is imported: more
+    than :func:`global_settings` reads, and each can change what a reference that compiles gives
+    (``disable=True``, ``set_stance("force_eager")``: no graph)."""
     config, frame = sys.modules.get("torch._dynamo.config"), sys.modules.get("torch._dynamo.eval_frame")
     if config is None:
-        return ""
-    return repr((sorted(config.get_config_copy().items()), getattr(frame, "_stance", None)))
+        return repr(torch.compile)
+    return repr((torch.compile, sorted(config.get_config_copy().items()), getattr(frame, "_stance", None)))
 
 
 def _reference_run(exercise: Any, recording: Recording, variant: str, callers: set[int],

@@ -100,18 +100,20 @@ _TRUTHS: dict = {}   # what the check's own counter saw, per case and process st
 
 
 def _world() -> tuple:
-    """What besides the case decides how many graphs a compile gives: the torch, Dynamo's settings,
-    its stance (``torch.compiler.set_stance("force_eager")`` compiles nothing; it is no config
-    setting), and the global module hooks, by their handles' ids (not their number: a no-op hook
-    swapped for one that appends to a list keeps the number and changes the count). A learner's
-    answer or cell may have changed any of them."""
+    """What besides the case decides how many graphs a compile gives: the torch and its
+    ``torch.compile`` (a cell may have put a wrapper in its place), Dynamo's settings, its stance
+    (``torch.compiler.set_stance("force_eager")`` compiles nothing; it is no config setting), and
+    the global module hooks, by their handles' ids (not their number: a no-op hook swapped for one
+    that appends to a list keeps the number and changes the count). A learner's answer or cell may
+    have changed any of them."""
     from torch.nn.modules import module as _module
 
     hooks = tuple(tuple(getattr(_module, name, {})) for name in (
         "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_hooks",
         "_global_backward_pre_hooks"))
     stance = repr(getattr(torch._dynamo.eval_frame, "_stance", None))   # (no stance before torch 2.6)
-    return torch.__version__, repr(sorted(torch._dynamo.config.get_config_copy().items())), stance, hooks
+    return (torch.__version__, torch.compile, repr(sorted(torch._dynamo.config.get_config_copy().items())), stance,
+            hooks)
 
 
 def _truth(model: nn.Module, x: torch.Tensor, calls: int, key: tuple | None = None) -> int:
