@@ -214,3 +214,22 @@ def test_a_process_wide_setting_left_changed_is_said_and_restored(ex):
     report = ex.check(flips)
     assert not report.passed and "anomaly mode" in report.text and "finally" in report.text
     assert not torch.is_anomaly_enabled()
+
+
+@pytest.mark.parametrize("key", ["capstone.first_nonfinite", "hooks_at_work.conv_absmax",
+                                 "compile_hooks.with_intermediates"])
+def test_a_float64_default_dtype_set_in_the_notebook_neither_fails_a_right_answer_nor_stays_changed(key):
+    """A learner's notebook may set torch.set_default_dtype(torch.float64); the check's cases build
+    their own models and inputs in float32 (these three failed or crashed on their reference before),
+    and the notebook's default is put back after the check."""
+    from hooktutor.exercises import load_all
+
+    exercise = load_all()[key]
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        report = exercise.check(exercise.reference, hidden=True)
+        assert torch.get_default_dtype() == torch.float64
+    finally:
+        torch.set_default_dtype(before)
+    assert report.passed, repr(report)

@@ -595,8 +595,11 @@ class Exercise:
                 "without parentheses after my_function."))
         globals_before = global_hook_ids()
         results: list[CaseResult] = []
-        threads = torch.get_num_threads()
+        threads, dtype = torch.get_num_threads(), torch.get_default_dtype()
         torch.set_num_threads(1)  # the cases are tiny: one thread is fastest and steadiest
+        # the cases build their models and inputs in float32 (the float64 variant varies it): a
+        # default dtype the learner's notebook set is the notebook's, and is put back after
+        torch.set_default_dtype(torch.float32)
         try:
             todo = [(d, c, False) for d, c in self.cases]
             todo += [(d, c, True) for d, c in self.hidden_cases] if hidden else []
@@ -613,6 +616,7 @@ class Exercise:
                     todo.append(("", None, False))
         finally:
             torch.set_num_threads(threads)
+            torch.set_default_dtype(dtype)
         note = ""
         leaked = global_hook_ids() - globals_before
         if leaked:
