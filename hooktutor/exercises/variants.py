@@ -748,7 +748,7 @@ def _run_variants(exercise: Any, answer: Callable, callers: set[int], run_case: 
     return None
 
 
-def _compile_settings() -> str:
+def compile_settings() -> str:
     """``torch.compile`` (a cell may have put a wrapper in its place), and all of Dynamo's settings
     and its stance (``torch.compiler.set_stance``, no config setting) where Dynamo is imported: more
     than :func:`global_settings` reads, and each can change what a reference that compiles gives
@@ -764,7 +764,7 @@ def _reference_run(exercise: Any, recording: Recording, variant: str, callers: s
     # kept per variant and per process-wide settings: a setting changed since (a learner's cell
     # that sets Dynamo's recompile limit, or disables it, or sets its stance) can change what the
     # reference gives
-    key = (variant, repr(sorted(global_settings().items())), _compile_settings())
+    key = (variant, repr(sorted(global_settings().items())), compile_settings())
     if key in recording.reference:
         return recording.reference[key]
     ref = None

@@ -32,6 +32,7 @@ from torch import nn
 from ...models import seeded
 from .. import kit
 from ..core import Exercise, Tester
+from ..variants import compile_settings
 from ._shared import GraphCounter, compiling, mlp, recompile_limit
 
 
@@ -100,31 +101,26 @@ _TRUTHS: dict = {}   # what the check's own counter saw, per case and process st
 
 
 def _world() -> tuple:
-    """What besides the case decides how many graphs a compile gives: the torch and its
-    ``torch.compile`` (a cell may have put a wrapper in its place), Dynamo's settings, its stance
-    (``torch.compiler.set_stance("force_eager")`` compiles nothing; it is no config setting), and
-    the global module hooks, by their handles' ids (not their number: a no-op hook swapped for one
-    that appends to a list keeps the number and changes the count). A learner's answer or cell may
-    have changed any of them."""
+    """What besides the case decides how many graphs a compile gives: the torch, its
+    ``torch.compile``, Dynamo's settings and stance (``variants.compile_settings``), and the global
+    module hooks, by their handles' ids (not their number: a no-op hook swapped for one that
+    appends to a list keeps the number and changes the count). A learner's answer or cell may have
+    changed any of them."""
     from torch.nn.modules import module as _module
 
     hooks = tuple(tuple(getattr(_module, name, {})) for name in (
         "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_hooks",
         "_global_backward_pre_hooks"))
-    stance = repr(getattr(torch._dynamo.eval_frame, "_stance", None))   # (no stance before torch 2.6)
-    return (torch.__version__, torch.compile, repr(sorted(torch._dynamo.config.get_config_copy().items())), stance,
-            hooks)
+    return torch.__version__, compile_settings(), hooks
 
 
 def _truth(model: nn.Module, x: torch.Tensor, calls: int, key: tuple | None = None) -> int:
     """How many graphs a counting backend gets over ``calls`` calls, from nothing compiled. With
-    ``key`` (the case: its model's class and seed, x's shape, the calls, the hook), a count made
-    before in the same process state (:func:`_world`) is reused: a check run again (a learner's
-    next try, or the mutation test's many) compiles half as often."""
-    if key is not None:
-        key = (*key, _world())
-        if key in _TRUTHS:
-            return _TRUTHS[key]
+    ``key`` (the case: its model's class and seed, x's shape, the calls, the hook, and
+    :func:`_world`), a count made before in the same process state is reused: a check run again
+    (a learner's next try, or the mutation test's many) compiles half as often."""
+    if key is not None and key in _TRUTHS:
+        return _TRUTHS[key]
     counter = GraphCounter()
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=counter)
@@ -165,8 +161,8 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
                             earlier(x)
                     want = counter.graphs
                 else:
-                    key = (type(model).__name__, seed, tuple(x.shape), calls, hook)
-                    counted_now = (*key, _world()) not in _TRUTHS
+                    key = (type(model).__name__, seed, tuple(x.shape), calls, hook, _world())
+                    counted_now = key not in _TRUTHS
                     want = _truth(model, x, calls, key)
                 if hook and (cached or counted_now):   # the check's own calls, where it made them
                     t.expect(fired == [1] * calls, what="(the check's own run)", expected=calls, got=len(fired),
