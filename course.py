@@ -3,6 +3,7 @@
 
     python3 course.py lab       # create .venv if missing, install pinned versions, open JupyterLab
                                 # on your workbook (workbook/: the lessons with exercises blank)
+    python3 course.py lab --lang zh_CN   # the Chinese edition, on workbook/zh_CN/ (中文版)
     python3 course.py lab --instructor   # on course/: a copy of notebooks/ (solutions, stored outputs)
                                          # and an nbgrader course (Formgrader, exchange)
     python3 course.py test      # the same set-up, then the whole test suite
@@ -10,6 +11,7 @@
     python3 course.py doctor    # check the environment and say what to fix
     python3 course.py student OUTDIR   # write the student edition (solutions removed)
     python3 course.py compat    # every lesson and the library tests on other torch and transformers releases
+    python3 course.py translate # the Chinese edition (notebooks/zh_CN/) from the catalogues in locale/
     python3 course.py site      # the course's website, built offline from the stored outputs
                                 # into build/site (open: python3 -m http.server -d build/site)
     python3 course.py setup     # only create/update .venv (what lab and test do first)
@@ -57,7 +59,8 @@ CONSTRAINTS = ROOT / "requirements" / "constraints.txt"
 NOTEBOOKS = ROOT / "notebooks"
 WORKBOOK = ROOT / "workbook"  # the learner's copies of the lessons (hooktutor/course/workbook.py)
 COURSE = ROOT / "course"  # the instructor's copies and nbgrader course (hooktutor/course/instructor.py)
-EXTRAS = "lab,test,site"  # site: Sphinx, MyST-NB, sphinx-book-theme (the website and its test)
+EXTRAS = "lab,test,site,translate"  # site: Sphinx, MyST-NB, sphinx-book-theme (the website and its test);
+# translate: translate-toolkit and polib (the Chinese edition's catalogues and their test)
 MIN_PYTHON = (3, 10)
 
 
@@ -242,6 +245,20 @@ def lab_command(jupyter: os.PathLike | str, args: list[str], root: Path = NOTEBO
 
 def cmd_lab(args: list[str]) -> int:
     instructor, args = lab_arguments(args)
+    try:
+        lang, args = _lab.lab_language(args)
+    except ValueError as exc:
+        say(str(exc))
+        return 2
+    if lang is not None and lang not in _lab.editions(ROOT / "notebooks"):
+        others = ", ".join(_lab.editions(ROOT / "notebooks")) or "no other yet"
+        say(f"there is no {lang!r} edition; the editions are: en (the default), {others} "
+            "(python3 course.py translate writes them)")
+        return 2
+    if lang is not None and instructor:
+        say(f"{INSTRUCTOR_FLAG} opens the English instructor's edition; the {lang} edition is a learner's "
+            f"workbook so far: run `python3 course.py lab --lang {lang}`")
+        return 2
     python = ensure_env()
     folder = write_lab_config(lab_config_dir(instructor), instructor)
     first = _lab.FIRST_LESSON
@@ -257,10 +274,12 @@ def cmd_lab(args: list[str]) -> int:
     else:
         say(f"learner mode: your workbook, exercises blank (`python3 course.py lab {INSTRUCTOR_FLAG}` "
             "opens the instructor's edition, solutions included)")
-        code = run([python, "-m", "hooktutor", "workbook", WORKBOOK])  # never overwrites your work
+        workbook = WORKBOOK / lang if lang else WORKBOOK   # workbook/zh_CN: the Chinese edition's
+        source = ["--source", str(ROOT / "notebooks" / lang)] if lang else []
+        code = run([python, "-m", "hooktutor", "workbook", workbook, *source])  # never overwrites your work
         if code != 0:
             return code
-        root = WORKBOOK
+        root = workbook
     say(f"starting JupyterLab on {root} (open the URL printed below; Ctrl-C stops it)")
     # started in the folder it serves: nbgrader reads nbgrader_config.py from the current folder
     env = lab_environment(folder, bin_dir=venv_bin("jupyter").parent)
@@ -408,7 +427,7 @@ def main(argv: list[str]) -> int:
         return cmd_test(rest)
     if command == "regen":
         return cmd_regen(rest)
-    if command in {"doctor", "student", "site"}:
+    if command in {"doctor", "student", "site", "translate"}:
         return cmd_tool(command, rest)
     if command == "compat":
         return cmd_compat(rest)

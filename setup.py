@@ -1,4 +1,5 @@
-"""The wheel carries the lessons: notebooks/*.ipynb become the package data hooktutor/lessons/.
+"""The wheel carries the lessons: notebooks/*.ipynb become the package data hooktutor/lessons/,
+and each edition in another language, notebooks/<lang>/*.ipynb, hooktutor/lessons/<lang>/.
 
 Everything else about the package is in pyproject.toml. In a checkout (an editable install,
 `python3 course.py`) the lessons are read from notebooks/ directly
@@ -20,15 +21,19 @@ class BuildWithLessons(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return
-        target = Path(self.build_lib) / "hooktutor" / "lessons"
-        target.mkdir(parents=True, exist_ok=True)
-        for lesson in sorted((ROOT / "notebooks").glob("*.ipynb")):
-            self.copy_file(str(lesson), str(target / lesson.name))
+        for lesson, target in _lessons(Path(self.build_lib)):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self.copy_file(str(lesson), str(target))
 
     def get_outputs(self, include_bytecode=True):
-        lessons = [str(Path(self.build_lib) / "hooktutor" / "lessons" / p.name)
-                   for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
-        return [*super().get_outputs(include_bytecode), *lessons]
+        return [*super().get_outputs(include_bytecode), *(str(t) for _, t in _lessons(Path(self.build_lib)))]
+
+
+def _lessons(build_lib: Path) -> list[tuple[Path, Path]]:
+    """(lesson in the checkout, its place in the built package): notebooks/*.ipynb and notebooks/<lang>/*.ipynb."""
+    target = build_lib / "hooktutor" / "lessons"
+    found = [(p, target / p.name) for p in sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    return found + [(p, target / p.parent.name / p.name) for p in sorted((ROOT / "notebooks").glob("*_*/*.ipynb"))]
 
 
 setup(cmdclass={"build_py": BuildWithLessons})

@@ -46,6 +46,9 @@ def main(argv: list[str]) -> int:
         for nb in rest:
             execute(nb)
         return 0
+    if command == "translate":
+        from .course.translate import main as translate
+        return translate(rest)
     if command == "student":
         from .course.student import main as student
         return student(rest)

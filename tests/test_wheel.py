@@ -117,6 +117,14 @@ def test_the_wheel_carries_the_lessons_and_its_console_script_writes_a_workbook_
     assert answers and all("BEGIN SOLUTION" not in a and "NotImplementedError" in a for a in answers)
     # run again: nothing rewritten (the learner's work is never overwritten: tests/test_workbook.py)
     assert "is up to date" in run([hooktutor, "workbook", "my-workbook"], cwd=home).stdout
+    # the editions in other languages come with it (hooktutor lab --lang zh_CN writes my-workbook/zh_CN)
+    from hooktutor.course import lab as lab_module
+
+    for lang in lab_module.editions(ROOT / "notebooks"):
+        carried = run([python, "-c", "import hooktutor.course.workbook as w, sys; "
+                       f"print(sorted(p.name for p in (w.course_lessons() / {lang!r}).glob('*.ipynb')))"],
+                      cwd=home).stdout.strip().splitlines()[-1]
+        assert carried == str(sorted(p.name for p in (ROOT / "notebooks" / lang).glob("*.ipynb"))), carried
 
     # lesson 00 of the workbook runs top to bottom in a kernel of the fresh environment, exercise
     # blank, on the hooktutor of the wheel

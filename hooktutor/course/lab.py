@@ -85,6 +85,32 @@ def lab_arguments(args: list[str]) -> tuple[bool, list[str]]:
     return INSTRUCTOR_FLAG in args, [a for a in args if a != INSTRUCTOR_FLAG]
 
 
+LANG_FLAG = "--lang"
+
+
+def lab_language(args: list[str]) -> tuple[str | None, list[str]]:
+    """Split `lab`'s arguments into the edition asked for (``--lang zh_CN`` or ``--lang=zh_CN``;
+    None: the English one) and the rest. Raises ``ValueError`` for ``--lang`` without a value."""
+    rest, lang = [], None
+    it = iter(args)
+    for arg in it:
+        if arg == LANG_FLAG:
+            lang = next(it, None)
+            if not lang or lang.startswith("-"):
+                raise ValueError(f"{LANG_FLAG} needs a language, e.g. {LANG_FLAG} zh_CN")
+        elif arg.startswith(LANG_FLAG + "="):
+            lang = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return (None if lang in (None, "en") else lang), rest
+
+
+def editions(notebooks: Path) -> list[str]:
+    """The languages of the editions in ``notebooks`` (its sub-folders ``xx_YY`` holding lessons)."""
+    return sorted(p.name for p in notebooks.iterdir()
+                  if p.is_dir() and len(p.name) == 5 and p.name[2] == "_" and any(p.glob("[0-9][0-9]_*.ipynb")))
+
+
 def lab_command(jupyter: os.PathLike | str | Sequence[str], args: list[str], root: Path,
                 first: str = FIRST_LESSON) -> list[str]:
     """The `jupyter lab` command line on folder ``root``, opening ``first`` (a path in ``root``).
@@ -97,12 +123,13 @@ def lab_command(jupyter: os.PathLike | str | Sequence[str], args: list[str], roo
 
 
 DEFAULT_WORKBOOK = "hooktutor-workbook"  # `hooktutor lab` without a folder: this one, in the current folder
-LAB_HELP = f"""usage: hooktutor lab [FOLDER] [JUPYTER LAB OPTIONS...]
+LAB_HELP = f"""usage: hooktutor lab [FOLDER] [--lang zh_CN] [JUPYTER LAB OPTIONS...]
 
 Write the learner's workbook into FOLDER (default: ./{DEFAULT_WORKBOOK}): every lesson with the
 exercises blank, never overwriting a lesson you worked in. Then start JupyterLab on it, in the
 course's learner mode (as `python3 course.py lab` does in a checkout). Options after the folder
-go to `jupyter lab` (e.g. --port=8899). Needs JupyterLab: pip install "hooktutor[lab]"."""
+go to `jupyter lab` (e.g. --port=8899). `--lang zh_CN`: the Chinese edition (中文版), written
+into FOLDER/zh_CN. Needs JupyterLab: pip install "hooktutor[lab]"."""
 
 
 def main(argv: list[str]) -> int:
@@ -123,7 +150,19 @@ def main(argv: list[str]) -> int:
         print("hooktutor lab opens the learner's workbook only; the instructor's edition, with "
               "nbgrader, comes with a checkout: python3 course.py lab --instructor", file=sys.stderr)
         return 2
-    print(sync(folder, course_lessons()), flush=True)  # never overwrites the learner's work
+    try:
+        lang, rest = lab_language(rest)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    source = course_lessons()
+    if lang is not None:   # the edition in that language: lessons/zh_CN/, into FOLDER/zh_CN/
+        if lang not in editions(source):
+            others = ", ".join(editions(source)) or "no other yet"
+            print(f"there is no {lang!r} edition; the editions are: en (the default), {others}", file=sys.stderr)
+            return 2
+        source, folder = source / lang, folder / lang
+    print(sync(folder, source), flush=True)  # never overwrites the learner's work
     if importlib.util.find_spec("jupyterlab") is None:
         print('JupyterLab is not installed here: pip install "hooktutor[lab]", then hooktutor lab again',
               file=sys.stderr)

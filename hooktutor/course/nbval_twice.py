@@ -11,6 +11,8 @@ module in). Before the lesson's own cells, the same kernel runs the learner's ed
 * **Run All again, solved, prints the stored outputs.** nbval's own items (``::Cell 5``), in the
   kernel the first Run All left behind: "run it again while debugging" must give the same
   result, so no hook accumulates and no state leaks from one run into the next.
+* **An edition in another language** (``notebooks/zh_CN/``) runs once, solved: its code is its
+  source's (see :func:`is_edition`).
 * **No cell leaves a hook behind.** After every cell of both runs a probe lists the hooks left on
   every model, layer, tensor and optimizer the notebook's namespace holds, and the global hooks:
   there must be none. Hooks that PyTorch or a library such as transformers installed for a model
@@ -85,6 +87,14 @@ def _options(cell, compare: bool) -> defaultdict:
     return options
 
 
+def is_edition(nb) -> bool:
+    """Whether ``nb`` is an edition in another language (``notebooks/zh_CN/``, written by
+    ``hooktutor.course.translate``). Its code cells are its source's, character for character
+    but their comments (tests/test_translations.py), so the run of its learner's edition would
+    repeat the source's: nbval runs the edition once, solved, against its own stored outputs."""
+    return "edition" in nb.metadata.get("hooktutor", {})
+
+
 def blank_cells(lesson, name: str) -> list:
     """The code cells of the learner's edition of ``lesson`` (the notebook nbval read; ``name``:
     its file's stem), each carrying the stored outputs of the lesson's cell where it is not an
@@ -140,7 +150,7 @@ def insert_blank_runs(items: list) -> None:
 
     firsts: dict = {}
     for index, item in enumerate(items):
-        if isinstance(item, IPyNbCell) and _is_lesson_file(item.parent):
+        if isinstance(item, IPyNbCell) and _is_lesson_file(item.parent) and not is_edition(item.parent.nb):
             firsts.setdefault(item.parent, index)
     for parent, index in sorted(firsts.items(), key=lambda kv: -kv[1]):
         compare = parent.compare_outputs

@@ -88,8 +88,10 @@ def normalise(nb, root: Path | None = None) -> None:
                     out["data"][key] = _relative(out["data"][key], prefixes)
 
 
-def execute(path: str | Path, *, timeout: int = 300) -> None:
-    """Execute the notebook at ``path`` top to bottom and store its outputs in place."""
+def execute(path: str | Path, *, timeout: int = 300, root: Path | None = None) -> None:
+    """Execute the notebook at ``path`` top to bottom and store its outputs in place. ``root``:
+    the checkout its stored paths are relative to (default: the folder above the notebook's,
+    as for ``notebooks/NN.ipynb``; an edition in ``notebooks/<lang>/`` passes the checkout)."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -99,5 +101,5 @@ def execute(path: str | Path, *, timeout: int = 300) -> None:
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", shutdown_kernel="immediate",
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()
-    normalise(nb, root=path.parent.parent)   # notebooks/NN.ipynb -> the checkout
+    normalise(nb, root=root or path.parent.parent)   # notebooks/NN.ipynb -> the checkout
     nbformat.write(nb, path)
