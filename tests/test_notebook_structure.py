@@ -153,6 +153,27 @@ def test_verdicts_are_checked_on_behaviour_not_decreed(path):
     assert not bad, f"{path.name}: verdicts asserted as strings instead of on the behaviour: {bad}"
 
 
+CLAIM_OR_VERDICT = re.compile(r'^### "|\*\*Verdict', re.M)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_verdict_answers_a_claim_stated_before_it(path):
+    """In "Claims you will meet elsewhere", each claim is stated (a `### "..."` heading) before its
+    cell and its verdict: a verdict with no claim since the one before tells the learner nothing
+    (lessons 11 and 12 lost two headings when their release history was folded)."""
+    pending, orphans = False, []
+    for index, cell in enumerate(load(path).cells):
+        if cell.cell_type != "markdown":
+            continue
+        for match in CLAIM_OR_VERDICT.finditer(cell.source):
+            if match.group(0).startswith("###"):
+                pending = True
+            else:
+                orphans += [] if pending else [index]
+                pending = False
+    assert not orphans, f"{path.name}: a verdict with no claim stated before it in cells {orphans}"
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_lessons_end_with_further_reading_from_the_pytorch_docs(path):
     last = load(path).cells[-1]

@@ -200,3 +200,11 @@ def test_each_edition_prints_what_its_source_prints(lang, lesson):
     differ = [i for i, (a, b) in enumerate(pairs)
               if a.cell_type == "code" and comparable(a.outputs, subs) != comparable(b.outputs, subs)]
     assert not differ, f"{out.relative_to(tr.ROOT)}: code cells {differ} print other than {lesson.name}'s"
+
+
+def test_a_folded_notes_label_is_a_message_and_is_translated():
+    text = "Verdict.\n\n<details><summary>Across releases</summary>\n\nBefore 2.5 it ran.\n\n</details>"
+    assert tr.markdown_messages(text) == ["Verdict.", "Before 2.5 it ran.", "Across releases"]
+    table = {"Across releases": "跨版本", "Verdict.": "结论。", "Before 2.5 it ran.": "2.5之前它会运行。"}
+    out = tr.translate_markdown(text, table.get)
+    assert "<summary>跨版本</summary>" in out and "结论。" in out and "2.5之前它会运行。" in out

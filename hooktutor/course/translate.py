@@ -74,14 +74,23 @@ def _markdown_store(text: str, lookup=None):
                         callback=lambda s: lookup(s) or s, lookup_callback=lookup)
 
 
+# the label of a folded note (<details><summary>Across releases</summary>): HTML, which the Markdown
+# store leaves as it is
+_SUMMARY = re.compile(r"(<summary>)(.*?)(</summary>)", re.S)
+
+
 def markdown_messages(text: str) -> list[str]:
-    """The messages of one Markdown cell, paragraph by paragraph (code blocks are not prose)."""
-    return [unit.source for unit in _markdown_store(text).units if unit.source.strip()]
+    """The messages of one Markdown cell, paragraph by paragraph (code blocks are not prose), and
+    the label of each folded note."""
+    found = [unit.source for unit in _markdown_store(text).units if unit.source.strip()]
+    return found + [m.group(2).strip() for m in _SUMMARY.finditer(text) if m.group(2).strip()]
 
 
 def translate_markdown(text: str, lookup) -> str:
-    """``text`` with each paragraph replaced by ``lookup(paragraph)`` (None: left in English)."""
-    return _markdown_store(text, lookup).filesrc.rstrip("\n")
+    """``text`` with each paragraph (and folded note's label) replaced by its ``lookup``
+    (None: left in English)."""
+    out = _markdown_store(text, lookup).filesrc.rstrip("\n")
+    return _SUMMARY.sub(lambda m: m.group(1) + (lookup(m.group(2).strip()) or m.group(2)) + m.group(3), out)
 
 
 def _comment_tokens(source: str) -> list[tokenize.TokenInfo] | None:

@@ -1,5 +1,5 @@
 """A learner's hour, in JupyterLab in Chromium at 1366x768: every lesson of the workbook (the
-learner's edition, exercises blank), each solution pasted into its answer cell as a learner
+learner's edition, exercises blank; the Chinese workbook's where the lesson has its Chinese edition), each solution pasted into its answer cell as a learner
 pastes what ``ex.<name>.solution()`` shows, then Run All.
 
 After it: the run reached the last cell; no error appears outside the cells that show one on
@@ -29,7 +29,12 @@ from .conftest import ARTIFACTS, CURRENT, ROOT, WAIT_MS, close_all, load_lab, op
 pytestmark = pytest.mark.browser
 
 LAPTOP = {"width": 1366, "height": 768}
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+# Where a lesson has its Chinese edition (notebooks/zh_CN/, hooktutor/course/translate.py), the
+# learner's hour runs that one: its code is the English lesson's, token for token but the comments
+# (tests/test_translations.py), so it checks the same code and, besides, the Chinese prose in Lab.
+EDITION = "zh_CN"
+NOTEBOOKS = [p.parent / EDITION / p.name if (p.parent / EDITION / p.name).exists() else p
+             for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
 RAISES = "raises-exception"
 
 
@@ -198,7 +203,8 @@ def laptop(loaded_lab, lab, request):
             load_lab(loaded_lab, lab)
 
 
-@pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem + ("-" + EDITION if p.parent.name == EDITION else "")
+                                                   for p in NOTEBOOKS])
 def test_a_lesson_run_all_with_the_solutions_pasted_in(laptop, lab, source):
     name, raising, checks = pasted_workbook_lesson(source, lab.root)
     open_in_lab(laptop, name)
@@ -224,6 +230,10 @@ def test_a_lesson_run_all_with_the_solutions_pasted_in(laptop, lab, source):
         f"{name}: a HookPanel needs {seen['panels']} px of height; {LAPTOP['height'] - lab_chrome} px are in view")
     correct = sum(len(re.findall(r"✔ .*: (correct|your prediction is what torch did)", c["text"])) for c in cells)
     assert correct >= checks, f"{name}: {correct} of {checks} checks say correct with the solutions pasted in"
+    if source.parent.name == EDITION:   # the edition's prose, as Lab shows it: its title in Chinese
+        title = laptop.evaluate("() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
+                                ".jp-MarkdownOutput h1').textContent")
+        assert re.search(r"[\u4e00-\u9fff]", title), f"{name}: the {EDITION} edition shows the title {title!r}"
     assert_the_stored_outputs(laptop, lab.root / name, source)
 
 
