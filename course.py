@@ -21,9 +21,10 @@ pyproject.toml changes. It is installed with uv when `uv` is on PATH (several ti
 gets pip's indexes and wheelhouse), else with pip; HOOKTUTOR_INSTALLER=pip or =uv chooses.
 
 compat checks that the lessons hold on the torch a learner may have. For each release in
-COMPAT_TORCH (the oldest that pyproject.toml admits, the one Colab ships and the newest tested;
-override with `--torch 2.1.2,2.15.0`: the releases of COMPAT_TORCH left out keep their columns
-from the report already there) it creates .venv-torch-<version> (torch, NumPy 1.x below torch 2.3,
+COMPAT_TORCH (the oldest that pyproject.toml admits, the one Colab ships, the newest tested and
+releases between them where a claim's first release lies; override with `--torch 2.1.2,2.15.0`:
+the releases of COMPAT_TORCH left out keep their columns from the report already there) it
+creates .venv-torch-<version> (torch, NumPy 1.x below torch 2.3,
 the package with its test tools; reinstalled only when pyproject.toml changes), runs the
 library tests there (`-m "not course_env and not browser"`), executes every notebook in it
 (stored outputs are not compared; each untagged cell must run clean and each cell tagged
@@ -70,7 +71,10 @@ def say(msg: str) -> None:
 # admits and the newest that pip installs (update it when torch releases).
 # 2.11.0: what Google Colab ships (the pip-freeze of googlecolab/backend-info, August 2026), where the
 # Colab links open the course; update it when Colab moves.
-COMPAT_TORCH = ["2.1.2", "2.11.0", "2.15.0"]
+# 2.6.0, 2.12.1, 2.14.1: between those, so that the first release of a claim in
+# hooktutor/course/claims.py is measured, not bracketed (2.6.0: the claims between 2.2 and 2.11;
+# 2.12.1 and 2.14.1: those first seen on 2.13.0 and 2.15.0).
+COMPAT_TORCH = ["2.1.2", "2.6.0", "2.11.0", "2.12.1", "2.14.1", "2.15.0"]
 VERSIONS_DOC = ROOT / "docs" / "torch-versions.md"  # written by compat
 # The transformers releases `compat` tests besides the pinned one, with the pinned torch: the oldest
 # that pyproject.toml admits and the last 4.x (what older snippets were written for).
