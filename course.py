@@ -23,8 +23,10 @@ pyproject.toml changes. It is installed with uv when `uv` is on PATH (several ti
 gets pip's indexes and wheelhouse), else with pip; HOOKTUTOR_INSTALLER=pip or =uv chooses.
 
 compat checks that the lessons hold on the torch a learner may have. For each release in
-COMPAT_TORCH (the oldest that pyproject.toml admits, the one Colab ships and the newest tested;
-override with `--torch 2.1.2,2.15.0`) it creates .venv-torch-<version> (torch, NumPy 1.x below torch 2.3,
+COMPAT_TORCH (the oldest that pyproject.toml admits, the one Colab ships, the newest tested and
+releases between them where a claim's first release lies; override with `--torch 2.1.2,2.15.0`:
+the releases of COMPAT_TORCH left out keep their columns from the report already there) it
+creates .venv-torch-<version> (torch, NumPy 1.x below torch 2.3,
 the package with its test tools; reinstalled only when pyproject.toml changes), runs the
 library tests there (`-m "not course_env and not browser"`), executes every notebook in it
 (stored outputs are not compared; each untagged cell must run clean and each cell tagged
@@ -72,7 +74,10 @@ def say(msg: str) -> None:
 # admits and the newest that pip installs (update it when torch releases).
 # 2.11.0: what Google Colab ships (the pip-freeze of googlecolab/backend-info, August 2026), where the
 # Colab links open the course; update it when Colab moves.
-COMPAT_TORCH = ["2.1.2", "2.11.0", "2.15.0"]
+# 2.6.0, 2.12.1, 2.14.1: between those, so that the first release of a claim in
+# hooktutor/course/claims.py is measured, not bracketed (2.6.0: the claims between 2.2 and 2.11;
+# 2.12.1 and 2.14.1: those first seen on 2.13.0 and 2.15.0).
+COMPAT_TORCH = ["2.1.2", "2.6.0", "2.11.0", "2.12.1", "2.14.1", "2.15.0"]
 VERSIONS_DOC = ROOT / "docs" / "torch-versions.md"  # written by compat
 # The transformers releases `compat` tests besides the pinned one, with the pinned torch: the oldest
 # that pyproject.toml admits and the last 4.x (what older snippets were written for).
@@ -342,6 +347,14 @@ def all_skipped(junit: Path) -> bool:
     return bool(suites) and all(int(s.get("tests", 0)) == int(s.get("skipped", 0)) for s in suites)
 
 
+def carried(versions: list[str], tf_versions: list[str]) -> list[str]:
+    """The columns a compat run that tests torch ``versions`` and transformers ``tf_versions`` keeps
+    from the report already there: each release of COMPAT_TORCH and COMPAT_TRANSFORMERS it leaves out
+    (``--torch ""``: all of them; ``--torch 2.12.1``: the others), as ``kind:release``."""
+    return [*(f"torch:{v}" for v in COMPAT_TORCH if v not in versions),
+            *(f"transformers:{v}" for v in COMPAT_TRANSFORMERS if v not in tf_versions)]
+
+
 def cmd_compat(args: list[str]) -> int:
     versions, tf_versions, run_tests, pytest_args = list(COMPAT_TORCH), list(COMPAT_TRANSFORMERS), True, []
     rest = list(args)
@@ -397,10 +410,8 @@ def cmd_compat(args: list[str]) -> int:
                 data["tests_scope"] = scope + ("; all skipped (lesson 12 not admitted)" if all_skipped(junit) else "")
             result.write_text(json.dumps(data, indent=1) + "\n")
         files.append(result)
-    # a kind of environment left out of this run (--torch "", --transformers "") keeps its columns
-    carry = ",".join(kind for kind, chosen in (("torch", versions), ("transformers", tf_versions)) if not chosen)
     code = run([ensure_env(), "-m", "hooktutor.course.other_torches", "report", VERSIONS_DOC,
-                f"--pinned={pinned_torch()}", f"--carry={carry}", *files])
+                f"--pinned={pinned_torch()}", f"--carry={','.join(carried(versions, tf_versions))}", *files])
     failed |= code != 0
     tested = [f"torch {', '.join([pinned_torch(), *versions])}"] + (
         [f"transformers {', '.join(tf_versions)}"] if tf_versions else [])

@@ -185,10 +185,11 @@ def test_the_hook_compiled_report_names_the_layer_and_keeps_the_fix_for_the_hint
 
 
 @pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="no nn.Module.compile on this torch")
-def test_model_compile_compiles_nothing_for_torch_nn_forwards_and_compiles_a_forward_of_ones_own():
+def test_model_compile_compiles_torch_nn_forwards_only_since_2_14_and_always_a_forward_of_ones_own():
     """Lesson 11 (review r11 T1): `model.compile()` on a module whose forward is torch.nn's hands the
-    backend no graph, on other set-ups than the lesson's MLP too (a bare Linear, a Sequential
-    nested in a Sequential); a forward of one's own that calls such a Sequential is compiled."""
+    backend no graph before torch 2.14 and one graph since (module-compile-traces-torch-nn-forward),
+    on other set-ups than the lesson's MLP too (a bare Linear, a Sequential nested in a Sequential);
+    a forward of one's own that calls such a Sequential is compiled on every torch with the method."""
     import torch._dynamo
     from torch import nn
 
@@ -212,9 +213,10 @@ def test_model_compile_compiles_nothing_for_torch_nn_forwards_and_compiles_a_for
             torch._dynamo.reset()
         return len(seen)
 
-    assert claims.expected("module-compile-skips-torch-nn-forward")   # a torch with the method: since 2.2
-    assert graphs(nn.Linear(2, 2)) == 0
-    assert graphs(nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.Tanh())) == 0
+    assert claims.expected("module-compile-method")   # a torch with the method: since 2.2
+    torch_nn = int(claims.expected("module-compile-traces-torch-nn-forward"))   # since 2.14: one graph
+    assert graphs(nn.Linear(2, 2)) == torch_nn
+    assert graphs(nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.Tanh())) == torch_nn
     assert graphs(Own()) == 1
 
 

@@ -170,3 +170,63 @@ def test_a_run_that_leaves_the_torch_environments_out_carries_their_columns_over
         assert column["observed"]["gradient-edge"] in {"old", "new"}
     assert other_torches.carried_columns(DOC.read_text(), "transformers", set(labels)) == [
         c for c in other_torches.carried_columns(DOC.read_text(), "transformers", set())]
+
+
+def test_a_run_of_some_releases_carries_the_columns_of_the_others_one_by_one():
+    """`compat --torch 2.12.1` tests that release only: each other release of COMPAT_TORCH (and every
+    transformers release, `--transformers ""`) keeps its column from the report already there."""
+    course = course_module()
+    ran = [course.COMPAT_TORCH[1]]
+    plan = course.carried(ran, [])
+    assert plan == [*(f"torch:{v}" for v in course.COMPAT_TORCH if v not in ran),
+                    *(f"transformers:{v}" for v in course.COMPAT_TRANSFORMERS)]
+    assert course.carried(course.COMPAT_TORCH, course.COMPAT_TRANSFORMERS) == []
+    assert other_torches.carry_plan(("torch:2.1.2", "torch:2.15.0", "transformers")) == {
+        "torch": {"2.1.2", "2.15.0"}, "transformers": None}
+    assert other_torches.carry_plan(("torch", "torch:2.1.2")) == {"torch": None}
+    doc = DOC.read_text()
+    every = other_torches.carried_columns(doc, "torch", set())
+    oldest, *_ = every
+    (only,) = other_torches.carried_columns(doc, "torch", set(), {course.COMPAT_TORCH[0]})
+    assert only == oldest and only["label"].startswith(f"torch {course.COMPAT_TORCH[0]}")
+    some = other_torches.carried_columns(doc, "torch", set(), {v for v in course.COMPAT_TORCH if v not in ran})
+    assert [c["label"] for c in some] == [c["label"] for c in every
+                                          if other_torches.column_release(c["label"]).split("+")[0] not in ran]
+    assert other_torches.carried_columns(doc, "torch", {only["label"]}, {course.COMPAT_TORCH[0]}) == []
+    assert other_torches.column_release("transformers 5.0.0 (torch 2.13.0+cpu)") == "5.0.0"
+
+
+def test_the_report_of_one_release_keeps_the_columns_measured_before(tmp_path):
+    """The report that `compat --torch 2.12.1 --transformers ""` writes: the new column beside every
+    column of the report already there, each with what it showed."""
+    import json
+
+    course = course_module()
+    out = tmp_path / "torch-versions.md"
+    out.write_text(DOC.read_text())
+    lessons = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+
+    def result(torch_version: str) -> Path:
+        path = tmp_path / f"torch-{torch_version}.json"
+        path.write_text(json.dumps({
+            "torch": torch_version, "numpy": "2.4.6", "python": "3.11.7", "transformers": None,
+            "transformers_env": False, "tests": None,
+            "notebooks": {s: {"ok": True, "seconds": 1.0, "failures": [], "drift": []} for s in lessons},
+            "claims": [{"id": c, "agrees": True, "observed": claims.expected(c, torch_version)}
+                       for c in claims.CLAIMS if claims.CLAIMS[c].library == "torch"]}))
+        return path
+
+    before = {c["label"]: c for kind in ("torch", "transformers")
+              for c in other_torches.carried_columns(DOC.read_text(), kind, set())}
+    other_torches.report(out, [result(course.pinned_torch() + "+cpu"), result("2.99.1+cu999")],
+                         course.pinned_torch(), tuple(course.carried(["2.99.1"], [])))
+    after = {c["label"]: c for kind in ("torch", "transformers")
+             for c in other_torches.carried_columns(out.read_text(), kind, set())}
+    new = after.pop("torch 2.99.1+cu999")
+    assert new["cells"]["`00_start_here`"] == "pass (1.0 s)" and new["observed"]["gradient-edge"] == "new"
+    assert after.keys() == {label for label in before
+                            if other_torches.column_release(label).split("+")[0] in
+                            {*course.COMPAT_TORCH, *course.COMPAT_TRANSFORMERS}}
+    for label, column in after.items():
+        assert column["cells"] == before[label]["cells"] and column["observed"] == before[label]["observed"]
+        assert column["drift"] == before[label]["drift"]

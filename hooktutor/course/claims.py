@@ -308,11 +308,61 @@ def _compile_traces_capture_hooks() -> bool:
     return len(graphs) == 1
 
 
+def _compile_hook_break_compiles_module_forward() -> bool:
+    import torch
+    from torch import nn
+
+    layers = [nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 2), nn.ReLU(), nn.Linear(2, 1)]
+
+    def forward(inp):   # the lesson's `Written`: the layers called one by one (no loop: a break in a
+        fc1, act1, fc2, act2, head = layers   # loop would leave the whole frame uncompiled)
+        return head(act2(fc2(act1(fc1(inp)))))
+
+    def tensor_hook(grad):   # a side effect: the graph breaks at register_hook on every release
+        seen.append(1)
+        return grad
+
+    seen = []
+    with layers[2].register_forward_hook(lambda m, a, o: o.register_hook(tensor_hook) and None):
+        graphs = _graph_count_of(forward, torch.ones(1, 2, requires_grad=True))
+    assert graphs in (2, 3), f"the hook's graph break gave {graphs} graphs"
+    return graphs == 3   # before the hooked layer, its own forward, after it; 2: its forward in no graph
+
+
+def _export_strict_tensor_hook_exports() -> bool:
+    import inspect
+
+    import torch
+    import torch._dynamo
+    import torch.export
+    from torch import nn
+
+    if "strict" not in inspect.signature(torch.export.export).parameters:
+        return False   # before torch 2.2: Dynamo's export fails on a forward hook anyway (export-non-strict)
+    layer = nn.Linear(2, 2)
+
+    def hook(module, args, output):   # the lesson's section 5: a tensor hook from a forward hook
+        output.register_hook(lambda grad: grad * 0.5)
+
+    try:
+        with layer.register_forward_hook(hook):
+            torch.export.export(layer, (torch.ones(1, 2),), strict=True)
+    except torch._dynamo.exc.Unsupported as error:
+        if "intermediate hooks" not in str(error):
+            raise
+        return False
+    finally:
+        torch._dynamo.reset()
+    return True
+
+
 def _export_strict_tensor_hook_grad() -> bool:
     import torch
     import torch.export
     from torch import nn
 
+    if not _export_strict_tensor_hook_exports():
+        return False   # no program at all (export-strict-tensor-hook-exports): none whose backward reaches x
     layer = nn.Linear(2, 2)
 
     def hook(module, args, output):   # the lesson's section 5: a tensor hook from a forward hook
@@ -361,7 +411,22 @@ def _compile_traces_torch_nn_root_hooks() -> bool:
     return not ran
 
 
-def _module_compile_skips_torch_nn_forward() -> bool:
+def _module_compile_method() -> bool:
+    import torch
+    import torch._dynamo
+    from torch import nn
+
+    if not hasattr(nn.Module, "compile"):
+        return False
+    model = nn.Linear(2, 2)
+    try:
+        model.compile(backend="eager")   # compiles nothing yet: sets the call that model(...) runs
+        return getattr(model, "_compiled_call_impl", None) is not None
+    finally:
+        torch._dynamo.reset()
+
+
+def _module_compile_traces_torch_nn_forward() -> bool:
     import torch
     import torch._dynamo
     from torch import nn
@@ -376,7 +441,7 @@ def _module_compile_skips_torch_nn_forward() -> bool:
         model(torch.ones(1, 2))
     finally:
         torch._dynamo.reset()
-    return not graphs   # nn.Sequential.compile() handed the backend no graph: the call ran eagerly
+    return bool(graphs)   # no graph: nn.Sequential.compile() ran the call eagerly (its frames skipped)
 
 
 def _compile_guards_every_hook_kind() -> bool:
@@ -516,12 +581,32 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
               "side effect (one graph; a hook that appends to a list still breaks it)",
         since="2.13.0",
         evidence="observed with the lesson's set-up (the probe: a forward hook registers the tensor hook): the "
-                 "2.1.2 and 2.11.0 wheels (2.11.0 is what Colab ships) break the graph, the 2.13.0 and 2.15.0 "
-                 "wheels trace the hook; 2.12 was not run, so the first release is bracketed between 2.11.0 and "
-                 "2.13.0. pytorch/pytorch#172126 ('Support hooks on intermediate tensors in dynamo', January "
+                 "2.1.2, 2.6.0, 2.11.0 (what Colab ships) and 2.12.1 wheels break the graph, the 2.13.0, 2.14.1 "
+                 "and 2.15.0 wheels trace the hook; 2.12.1 is the last release before 2.13.0, so 2.13.0 is the "
+                 "first. pytorch/pytorch#172126 ('Support hooks on intermediate tensors in dynamo', January "
                  "2026) made a hook registered in the traced function itself traceable already in 2.11.0; one "
                  "registered from a module's forward hook came later",
         probe=_compile_traces_tensor_hook,
+    ),
+    Claim(
+        id="compile-hook-break-compiles-module-forward",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 2 (a tensor hook that a forward hook registers on fc2's output, under torch.compile: "
+              "the graphs where it breaks the graph)",
+        before="where a forward hook's `register_hook` breaks the graph (compile-traces-tensor-hook; or a "
+               "tensor hook with a side effect, on every release), the hooked module's own forward runs "
+               "outside any graph: the lesson's `Written(MLP)` with the hook on fc2 makes 2 graphs (fc1 and "
+               "act1; act2 and head)",
+        after="the hooked module's own forward is compiled as a graph of its own: 3 graphs (fc1 and act1; "
+              "fc2's `linear`; act2 and head)",
+        since="2.12.0",
+        evidence="observed with the lesson's model and the probe (a tensor hook that appends to a list): the "
+                 "2.6.0 wheel makes 2 graphs, the 2.12.1, 2.13.0, 2.14.1 and 2.15.0 wheels 3; lesson 11's "
+                 "section 2 asserted 2 graphs on the 2.11.0 wheel (its tensor hook breaks the graph there), "
+                 "and fails on the 2.12.1 wheel with 3. 2.12.0 was not run, but its torch/_dynamo and torch/nn "
+                 "are identical, file by file, to the 2.12.1 wheel's",
+        probe=_compile_hook_break_compiles_module_forward,
     ),
     Claim(
         id="compile-traces-capture-hooks",
@@ -535,42 +620,81 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
               "compile-skips-late-hook says holds for them: hooks added later are skipped",
         since="2.13.0",
         evidence="observed: the 2.11.0 wheel (Colab's) makes 5 graphs for the lesson's MLP with capture's hooks "
-                 "(and warns that it cannot trace `list.append`), the 2.13.0 wheel one; 2.12 was not run, so "
-                 "the first release is bracketed between 2.11.0 and 2.13.0",
+                 "(and warns that it cannot trace `list.append`), the 2.13.0 wheel one; the 2.6.0 and 2.12.1 "
+                 "wheels break the graph as 2.11.0 does, the 2.14.1 and 2.15.0 wheels trace the hooks as 2.13.0 "
+                 "does, and 2.12.1 is the last release before 2.13.0, so 2.13.0 is the first",
         probe=_compile_traces_capture_hooks,
+    ),
+    Claim(
+        id="export-strict-tensor-hook-exports",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 5 (`torch.export` and a tensor hook that a forward hook registers, strict=True)",
+        before="a strict export of a module whose forward hook registers a tensor hook raises Dynamo's "
+               "Unsupported ('Compilation of intermediate hooks requires compiled autograd'): there is no "
+               "program (before torch 2.2 there is no `strict` keyword, and export fails on a forward hook "
+               "anyway: export-non-strict)",
+        after="the strict export succeeds: the program drops the tensor hook (what its backward computes: "
+              "export-strict-tensor-hook-grad)",
+        since="2.11.0",
+        evidence="observed: the 2.6.0 wheel raises Unsupported, the 2.11.0 (Colab's), 2.12.1, 2.13.0, 2.14.1 and "
+                 "2.15.0 wheels export. Releases 2.7 to 2.10 were not run here, so the first release is "
+                 "bracketed between 2.6.0 and 2.11.0; 2.11.0 is the first one observed",
+        probe=_export_strict_tensor_hook_exports,
     ),
     Claim(
         id="export-strict-tensor-hook-grad",
         kind="behaviour",
         lessons=("11_compile_and_export",),
         where="section 5 (`torch.export` and a tensor hook that a forward hook registers, strict=True)",
-        before="the program that a strict export of a module makes, whose forward hook registers a tensor hook, "
-               "computes an output whose backward reaches no input: `x.grad` stays None",
+        before="(where that strict export succeeds, export-strict-tensor-hook-exports) the program that a "
+               "strict export of a module makes, whose forward hook registers a tensor hook, computes an output "
+               "whose backward reaches no input: `x.grad` stays None",
         after="the program's backward reaches the input, with the gradient of the unhooked module (the tensor "
               "hook is dropped)",
         since="2.13.0",
-        evidence="observed: the 2.11.0 wheel (Colab's) leaves `x.grad` None, the 2.13.0 wheel fills it; 2.12 was "
-                 "not run, so the first release is bracketed between 2.11.0 and 2.13.0",
+        evidence="observed: the 2.6.0, 2.11.0 (Colab's) and 2.12.1 wheels leave `x.grad` None, the 2.13.0, "
+                 "2.14.1 and 2.15.0 wheels fill it; 2.12.1 is the last release before 2.13.0, so 2.13.0 is the "
+                 "first",
         probe=_export_strict_tensor_hook_grad,
     ),
     Claim(
-        id="module-compile-skips-torch-nn-forward",
+        id="module-compile-method",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 1 (`model.compile()` next to `torch.compile(model)`)",
+        before="`nn.Module` has no `compile` method (torch.compile(model) is the only way)",
+        after="`model.compile()` exists and compiles the module's own call in place (it sets "
+              "`model._compiled_call_impl = torch.compile(model._call_impl)`): `model(...)` runs the compiled "
+              "call from then on",
+        since="2.2.0",
+        evidence="the 2.6.0, 2.11.0, 2.12.1, 2.13.0, 2.14.1 and 2.15.0 wheels have the method and set "
+                 "`_compiled_call_impl`; not established here: the release that added it (taken to be 2.2.0: "
+                 "no compat run has probed 2.1.2 or 2.2 to 2.5 since this claim was registered)",
+        probe=_module_compile_method,
+    ),
+    Claim(
+        id="module-compile-traces-torch-nn-forward",
         kind="behaviour",
         lessons=("11_compile_and_export",),
         where="section 1 (`model.compile()` next to `torch.compile(model)`: the graphs each makes for an "
-              "`nn.Sequential` and for a module of your own) and the recap",
-        before="`nn.Module` has no `compile` method (torch.compile(model) is the only way)",
-        after="`model.compile()` exists (it sets `model._compiled_call_impl = torch.compile(model._call_impl)`), "
-              "and for a module whose forward is torch.nn's (`nn.Sequential`, `nn.Linear`) it compiles nothing: "
-              "the torch.nn frames it reaches are skipped, so the model runs eagerly, every hook included; a "
-              "module of your own class is compiled as with torch.compile(model)",
-        since="2.2.0",
-        evidence="observed on the 2.13.0 wheel (no graph for an nn.Sequential, a graph for a forward of one's "
-                 "own); torch/_dynamo/eval_frame.py of 2.13.0 leaves `_call_impl` out of `wrap_inline`, the "
-                 "reason. Not established here: the release that added nn.Module.compile (taken to be 2.2.0) "
-                 "and the behaviour on 2.2 to 2.12 and 2.15, which no compat run has probed yet: python3 "
-                 "course.py compat tests the claim on every release it runs",
-        probe=_module_compile_skips_torch_nn_forward,
+              "`nn.Sequential` and for a module of your own), the verdict 'hooks are ignored by a compiled "
+              "model' and the recap",
+        before="(where `model.compile()` exists, module-compile-method) for a module whose forward is torch.nn's "
+               "(`nn.Sequential`, `nn.Linear`) it compiles nothing: Dynamo skips the torch.nn frames it "
+               "reaches, so the model runs eagerly, every hook included; a module of your own class, at the "
+               "root or inside an `nn.Sequential`, is compiled as with torch.compile(model)",
+        after="such a module is compiled too, as with torch.compile(model): an `nn.Sequential` of built-in "
+              "layers is one graph, and a hook added later to a layer inside it is skipped",
+        since="2.14.0",
+        evidence="observed: the 2.6.0, 2.11.0, 2.12.1 and 2.13.0 wheels hand the backend no graph for an "
+                 "nn.Sequential (2.11.0 with the probe of module-compile-skips-torch-nn-forward, the claim this "
+                 "one replaced), the 2.14.1 and 2.15.0 wheels one graph. The cause: "
+                 "`OptimizedModule._should_wrap_module_call_impl` in torch/_dynamo/eval_frame.py, absent from "
+                 "the 2.13.0 wheel, puts `_call_impl` through `wrap_inline` when the module's forward has a "
+                 "skip rule (torch.nn's). 2.14.0 was not run, but its torch/_dynamo and torch/nn are identical, "
+                 "file by file, to the 2.14.1 wheel's",
+        probe=_module_compile_traces_torch_nn_forward,
     ),
     Claim(
         id="compile-guards-every-hook-kind",
@@ -583,11 +707,13 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                "that had only a forward hook is skipped, no recompile",
         after="a module that had any hook when it compiled has all its hook dicts guarded: a late hook of "
               "another kind on it makes the next call compile again, and runs",
-        since="2.15.0",
-        evidence="observed: the 2.13.0 wheel skips the late pre-hook (no new graph), the 2.15.0 wheel compiles "
-                 "again and runs it; 2.14 was not run here, so the first release is bracketed between 2.13.0 "
-                 "and 2.15.0. The 2.1.2 wheel runs late hooks on built-in layers anyway (the probe checks "
-                 "that a late hook on a layer without hooks is skipped first)",
+        since="2.14.0",
+        evidence="observed: the 2.6.0, 2.11.0, 2.12.1 and 2.13.0 wheels skip the late pre-hook (no new graph), "
+                 "the 2.14.1 and 2.15.0 wheels compile again and run it. 2.14.0 was not run, but its "
+                 "torch/_dynamo (where the guards on the hook dicts are built) and torch/nn are identical, file "
+                 "by file, to the 2.14.1 wheel's, so 2.14.0 is taken as the first release. The 2.1.2 wheel runs "
+                 "late hooks on built-in layers anyway (the probe checks that a late hook on a layer without "
+                 "hooks is skipped first)",
         probe=_compile_guards_every_hook_kind,
     ),
     Claim(
@@ -601,10 +727,10 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
               "call, hooks included (`wrap_inline` in torch/_dynamo/eval_frame.py), so the hook is part of "
               "the graph and does not run when it raises; a root of your own class still has its hooks "
               "called by Python around the compiled forward",
-        since="2.11.0",
-        evidence="observed: the 2.1.2 wheel runs the hook, the 2.11.0 (Colab's), 2.13.0 and 2.15.0 wheels do "
-                 "not. Releases 2.2 to 2.10 were not run here, so the first release is bracketed between 2.1.2 "
-                 "and 2.11.0; 2.11.0 is the first one observed",
+        since="2.6.0",
+        evidence="observed: the 2.1.2 wheel runs the hook, the 2.6.0, 2.11.0 (Colab's), 2.12.1, 2.13.0, 2.14.1 "
+                 "and 2.15.0 wheels do not. Releases 2.2 to 2.5 were not run here, so the first release is "
+                 "bracketed between 2.1.2 and 2.6.0; 2.6.0 is the first one observed",
         probe=_compile_traces_torch_nn_root_hooks,
     ),
     Claim(
@@ -619,7 +745,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
               "'... which is output 0 of Sigmoid, is at version 1 ...'",
         since="2.13.0",
         evidence="`Node::forward_op_name` (pytorch/pytorch#180383, April 2026) is absent from libtorch_cpu.so "
-                 "up to the 2.12.1 wheel and present from the 2.13.0 wheel on",
+                 "up to the 2.12.1 wheel and present from the 2.13.0 wheel on; the probe agrees on 2.12.1 (the "
+                 "backward node's name) and 2.13.0 (the forward operation's)",
         probe=_error_names_forward_op,
     ),
     Claim(

@@ -21,6 +21,8 @@ transformers) executes only the lessons that name a transformers floor (``needs_
     python -m hooktutor.course.other_torches run RESULT.json [NOTEBOOK...]   # in the environment to test
     python -m hooktutor.course.other_torches run RESULT.json --transformers-lessons   # those lessons only
     python -m hooktutor.course.other_torches report OUT.md RESULT.json...     # the table, from every result
+    python -m hooktutor.course.other_torches report OUT.md --pinned=2.13.0 --carry=torch:2.1.2,transformers R.json...
+        # ... keeping from OUT.md the columns of torch 2.1.2 and of every transformers release not run
 """
 
 from __future__ import annotations
@@ -262,11 +264,22 @@ def _cells(indices: list) -> str:
     return ", ".join(f"[{i}]" for i in indices)
 
 
-def carried_columns(old_doc: str, kind: str, keep_out: set[str]) -> list[dict]:
+def column_release(label: str) -> str:
+    """The release a column of the report is about: ``torch 2.1.2+cu121`` -> ``2.1.2+cu121``,
+    ``transformers 5.0.0 (torch 2.13.0+cpu)`` -> ``5.0.0``."""
+    return label.split(" ")[1]
+
+
+def carried_columns(old_doc: str, kind: str, keep_out: set[str], releases: set[str] | None = None) -> list[dict]:
     """The environments of ``kind`` ("torch" or "transformers") that an earlier report (the text
     ``old_doc``) shows and this run did not test, as pre-rendered columns: what a run that left
-    them out (``compat --torch ""``) carries over, so the report still shows every environment.
+    them out (``compat --torch ""``, or ``--torch 2.12.1`` for the other releases of COMPAT_TORCH)
+    carries over, so the report still shows every environment. ``releases``: only the columns of
+    those releases (``{"2.1.2"}`` keeps ``torch 2.1.2+cu121``), None: every column of ``kind``.
     The pinned one and those in ``keep_out`` (labels this run has) are not carried."""
+    from .claims import version_tuple
+
+    wanted = None if releases is None else {version_tuple(r) for r in releases}
     table = [line for line in old_doc.splitlines() if line.startswith("| ")]
     if not table or not table[0].startswith("| lesson |"):
         return []
@@ -274,6 +287,8 @@ def carried_columns(old_doc: str, kind: str, keep_out: set[str]) -> list[dict]:
     carried = []
     for i, name in enumerate(header):
         if not name.startswith(f"{kind} ") or "(pinned)" in name or name in keep_out:
+            continue
+        if wanted is not None and version_tuple(column_release(name)) not in wanted:
             continue
         col = {"carried": True, "label": name, "cells": {}, "observed": {}, "drift": "none", "failures": []}
         for line in table[1:]:
@@ -297,9 +312,23 @@ def carried_columns(old_doc: str, kind: str, keep_out: set[str]) -> list[dict]:
     return carried
 
 
+def carry_plan(carry: tuple[str, ...]) -> dict[str, set[str] | None]:
+    """What ``report`` carries over, from its ``carry`` entries: a kind (``"torch"``: every column of
+    that kind) or one release of it (``"torch:2.1.2"``). {kind: releases, None for all}."""
+    plan: dict[str, set[str] | None] = {}
+    for entry in carry:
+        kind, _, release = entry.partition(":")
+        if not release:
+            plan[kind] = None
+        elif kind not in plan or plan[kind] is not None:
+            plan.setdefault(kind, set()).add(release)
+    return plan
+
+
 def report(out: Path, result_files: list[Path], pinned: str = "", carry: tuple[str, ...] = ()) -> int:
-    """Write the report ``out`` from the results of ``run``; the environments of the kinds in
-    ``carry`` that this run left out are carried over from the report already there."""
+    """Write the report ``out`` from the results of ``run``; the environments that ``carry`` names
+    (:func:`carry_plan`: a kind, or ``kind:release``) and this run left out are carried over from
+    the report already there."""
     from . import claims as versions
 
     results = [json.loads(p.read_text()) for p in result_files]
@@ -308,7 +337,8 @@ def report(out: Path, result_files: list[Path], pinned: str = "", carry: tuple[s
     lessons = sorted({stem for r in results for stem in r["notebooks"]})
     old = out.read_text() if out.exists() and carry else ""
     this_run = {env_name(r) for r in results}   # a column this run has is never carried as well
-    carried = [c for kind in carry for c in carried_columns(old, kind, this_run)]
+    carried = [c for kind, releases in carry_plan(carry).items()
+               for c in carried_columns(old, kind, this_run, releases)]
 
     def order(r: dict) -> tuple:
         if r.get("carried"):
