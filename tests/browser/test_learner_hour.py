@@ -1,6 +1,7 @@
 """A learner's hour, in JupyterLab in Chromium at 1366x768: every lesson of the workbook (the
-learner's edition, exercises blank; the Chinese workbook's where the lesson has its Chinese edition), each solution pasted into its answer cell as a learner
-pastes what ``ex.<name>.solution()`` shows, then Run All.
+learner's edition, exercises blank; the Chinese workbook's where the lesson has its Chinese
+edition), each solution pasted into its answer cell as a learner pastes what
+``ex.<name>.solution()`` shows, then Run All.
 
 After it: the run reached the last cell; no error appears outside the cells that show one on
 purpose (tagged ``raises-exception``); no widget output is blank (a lesson's clean-up cell
