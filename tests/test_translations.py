@@ -209,3 +209,16 @@ def test_a_folded_notes_label_is_a_message_and_is_translated():
     table = {"Across releases": "跨版本", "Verdict.": "结论。", "Before 2.5 it ran.": "2.5之前它会运行。"}
     out = tr.translate_markdown(text, table.get)
     assert "<summary>跨版本</summary>" in out and "结论。" in out and "2.5之前它会运行。" in out
+
+
+@pytest.mark.parametrize(("lang", "lesson"), CASES, ids=IDS)
+def test_each_editions_code_lines_fit_a_laptop_width(lang, lesson):
+    """A translated comment can make a code line longer than the English one: it must still fit the
+    100 characters a laptop shows (tests/test_notebook_structure.py holds the source to the same)."""
+    out = tr.edition_path(lesson, lang)
+    if not out.exists():
+        pytest.skip(f"{lesson.stem} is not translated into {lang} yet")
+    wide = [(i, len(line)) for i, c in enumerate(nbformat.read(out, as_version=4).cells) if c.cell_type == "code"
+            for line in c.source.splitlines() if len(line) > 100]
+    assert not wide, f"{out.relative_to(tr.ROOT)}: code lines over 100 characters (cell, width): {wide}; " \
+                     "shorten their comments' translations"
