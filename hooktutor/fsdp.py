@@ -1,6 +1,6 @@
 """FSDP2 on one CPU: ``fully_shard`` on two gloo processes, with workers written in a notebook.
 
-Taught in ``13_hooks_at_work.ipynb`` (section 2). ``fully_shard`` (FSDP2, torch 2.6 and newer)
+Taught in ``13_hooks_at_work.ipynb`` (section 2). ``fully_shard`` (FSDP2, on a CPU torch 2.7 and newer)
 splits every parameter of a module into one shard per process and keeps only that shard between
 calls. It is built from module hooks: a forward pre-hook gathers the full parameters before the
 module runs, a forward hook frees them again, and hooks in the backward pass gather them for

@@ -298,7 +298,7 @@ def hook_owner(hook: object) -> tuple[str, str]:
 
 # torch's packages whose hooks get a name of their own in the owner column
 _TORCH_MECHANISMS = (
-    ("torch.distributed.fsdp._fully_shard", "FSDP2"),    # fully_shard, torch 2.6 and newer
+    ("torch.distributed.fsdp._fully_shard", "FSDP2"),    # fully_shard, torch 2.6 and newer (on a CPU 2.7)
     ("torch.distributed._composable.fsdp", "FSDP2"),     # the same before it became public
 )
 

@@ -327,6 +327,26 @@ def test_10_a_forward_pre_hook_on_a_submodule_switches_the_encoder_fast_path_off
     assert bool(fired) == claims.expected("encoder-fastpath-off-with-hooks")
 
 
+@pytest.mark.parametrize("where", ["a backward hook on the layer", "a forward hook on the encoder"])
+def test_10_only_a_forward_or_pre_hook_within_the_layer_keeps_it_off_the_fast_path(where):
+    """Lesson 02, cell "model.eval() or torch.no_grad() switches hooks off": a global hook misses the
+    submodules the fused kernel skips unless a forward hook or pre-hook on the layer or a submodule
+    keeps it off that path; a full backward hook on the layer, or a forward hook on the
+    nn.TransformerEncoder that holds it, does not (and no grad is needed, so the kernel runs)."""
+    from torch.nn.modules.module import register_module_forward_hook
+
+    with seeded(0):
+        layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+        encoder = nn.TransformerEncoder(layer, 1, enable_nested_tensor=False).eval()
+    inner = encoder.layers[0]
+    handle = (inner.register_full_backward_hook(lambda m, gi, go: None) if "backward" in where
+              else encoder.register_forward_hook(lambda m, a, o: None))
+    seen = []
+    with handle, register_module_forward_hook(lambda m, a, o: seen.append(m)), torch.no_grad():
+        encoder(torch.ones(2, 3, 8))
+    assert inner.linear1 not in seen and inner in seen, where
+
+
 def test_10_the_checks_tracking_keeps_an_encoder_layer_off_its_fast_path():
     """docs/authoring.md: `t.track` hooks every module, which since torch 2.5 keeps a
     TransformerEncoderLayer off its fast path: a case about the fast path needs an untracked

@@ -73,10 +73,21 @@ def one_process(_every_snippet, request):
 @pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="no nn.Module.compile on this torch")
 def test_model_compile_on_a_sequential_compiles_the_modules_of_ones_own_class_inside_it(one_process):
     """Section 1 (`model.compile()`), the verdict and the recap: before torch 2.14 `model.compile()`
-    compiles nothing of an nn.Sequential of built-in layers (since 2.14 it is one graph, a late hook in
-    it skipped: module-compile-traces-torch-nn-forward), but a module of one's own class inside an
-    nn.Sequential is compiled (only the torch.nn frames are skipped), and a late hook on a layer inside
-    it is then skipped like under torch.compile."""
+    runs the layers of an nn.Sequential of built-in ones eagerly, a late hook included (since 2.14 it
+    is one graph, a late hook in it skipped: module-compile-traces-torch-nn-forward), but a module of
+    one's own class inside an nn.Sequential is compiled (only the torch.nn frames are skipped): a late
+    hook on a layer inside it is skipped, one on the module itself runs before 2.14; a late hook on the
+    root (an nn.Sequential, an nn.Linear) runs on every release (since 2.14 it compiles again); a hook
+    registered before compiling that appends to a list compiles again on every call (section 4)."""
+    one_process()
+
+
+def test_a_hook_that_breaks_the_graph_leaves_its_module_a_graph_of_its_own(one_process):
+    """Section 2's note across releases and compile-hook-break-compiles-module-forward, beyond the
+    lesson's tensor hook on an nn.Linear: a forward hook (on an nn.LayerNorm) or a pre-hook (on an
+    nn.Linear) that calls `torch._dynamo.graph_break()` gives the built-in layer's forward a graph of
+    its own since torch 2.12 (three graphs; two before); a module of one's own class gets one on every
+    release the course ran."""
     one_process()
 
 
@@ -133,6 +144,44 @@ def test_eval_forces_a_recompile_only_where_the_forward_reads_training(one_proce
 
 # -- the snippets, run one after another in one process (each in a namespace of its own) --
 
+@pytest.mark.skipif(not hasattr(torch.nn.Module, "compile"), reason="no nn.Module.compile on this torch")
+def test_model_compile_compiles_a_hooked_built_in_layer_with_what_it_calls(one_process):
+    """Section 1 (`model.compile()`), the verdict and the recap: on 2.12 and 2.13 a built-in layer
+    hooked before compiling has its own `forward` compiled, with its submodules: a late hook on the
+    `linear1` of a hooked nn.TransformerEncoderLayer is skipped, where without that hook the layer runs
+    eagerly and the late hook runs; a hooked `nn.Linear` is a graph when it is the first Linear called,
+    not when an unhooked one ran before it (Dynamo decides by the code of `Linear.forward`); a hook that
+    computes a tensor and appends it compiles again on every call, one that appends `o` itself or its
+    shape is traced once and makes no graph."""
+    one_process()
+
+
+def test_a_break_in_an_nn_sequential_leaves_the_layers_before_it_uncompiled(one_process):
+    """Sections 1 and 3, the verdict and the recap ("a module that runs outside any graph ... runs it";
+    `torch.compiler.disable` "runs its other layers uncompiled, those before the hook too"): a hook on a
+    middle layer of an nn.Sequential, or of a forward that loops over an nn.ModuleList, that breaks the
+    graph (`graph_break()`, `.item()`, a disabled hook) leaves the layers before it uncompiled as well as
+    those after, so late hooks on the first and the last layer both run, where a hook that does not break
+    leaves them skipped (since 2.5)."""
+    one_process()
+
+
+def test_a_tensor_hook_that_keeps_the_gradient_breaks_the_graph(one_process):
+    """Section 2 ("a tensor hook ... that only returns a new gradient: Dynamo traces register_hook into
+    the graph"): one that also keeps the gradient in a list breaks the graph (more than one graph on
+    every release), and the gradients are eager's either way; the one that only returns is one graph
+    since 2.13 (compile-traces-tensor-hook)."""
+    one_process()
+
+
+def test_a_late_global_hook_sees_a_root_of_ones_own_class(one_process):
+    """Lesson 02 section 10 and lesson 11's claim on `skip_nnmodule_hook_guards`: a global forward hook
+    registered after compiling sees only the compiled wrapper of an nn.Sequential (since 2.11,
+    compile-skips-late-global-hook), but a root of one's own class too, whose hooks Python calls
+    around its compiled forward; never the layers traced into the graph."""
+    one_process()
+
+
 SNIPPETS = {
     "test_model_compile_on_a_sequential_compiles_the_modules_of_ones_own_class_inside_it": _OWN + """
 def module_compile(model, layer):
@@ -152,6 +201,64 @@ skipped = claims.expected("compile-skips-late-hook")
 traces = claims.expected("module-compile-traces-torch-nn-forward")
 assert module_compile(builtin, builtin[0]) == ((1, not skipped) if traces else (0, True))
 assert module_compile(held, held[0].fc1) == (1, not skipped)
+assert module_compile(held, held[0]) == (1, not traces)     # its call is the nn.Sequential's
+linear = nn.Linear(4, 4)
+for root in (builtin, linear):   # since 2.14 the root's empty hook dicts are guarded
+    assert module_compile(root, root) == ((2, True) if traces else (0, True)), root
+torch._dynamo.reset()
+kept, per_call, graphs = [], [], []
+tanh = nn.Sequential(nn.Linear(4, 4), nn.Tanh())
+with tanh[1].register_forward_hook(lambda m, a, o: kept.append(o.mean()) and None):
+    tanh.compile(backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+    for _ in range(3):
+        before = len(graphs)
+        tanh(x)
+        per_call.append(len(graphs) - before)
+torch._dynamo.reset()
+assert len(kept) == 3 and per_call[0] >= 1 and per_call[1:] == [1, 1], per_call
+""",
+    "test_a_hook_that_breaks_the_graph_leaves_its_module_a_graph_of_its_own": """
+import torch
+import torch._dynamo
+from torch import nn
+from hooktutor.course import claims
+
+
+class Mine(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.eye(4))
+
+    def forward(self, x):
+        return x @ self.w
+
+
+class Around(nn.Module):
+    def __init__(self, middle):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.middle, self.fc2 = nn.Linear(4, 4), middle, nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.middle(torch.relu(self.fc1(x)))))
+
+
+def graphs_with_a_break(middle, pre=False):
+    torch._dynamo.reset()
+    graphs, model = [], Around(middle)
+    breaking = lambda *args: torch._dynamo.graph_break()   # noqa: E731 - returns None
+    register = middle.register_forward_pre_hook if pre else middle.register_forward_hook
+    with register(breaking):
+        torch.compile(model, backend=lambda gm, example_inputs: graphs.append(gm) or gm.forward)(
+            torch.ones(2, 4))
+    torch._dynamo.reset()
+    return len(graphs)
+
+
+split = claims.expected("compile-hook-break-compiles-module-forward")
+assert graphs_with_a_break(Mine()) == 3, graphs_with_a_break(Mine())
+assert graphs_with_a_break(nn.LayerNorm(4)) == (3 if split else 2)
+assert graphs_with_a_break(nn.Linear(4, 4), pre=True) == (3 if split else 2)
 """,
     "test_a_torch_nn_root_that_dynamo_does_not_trace_runs_a_late_hook": """
 import torch
@@ -271,5 +378,183 @@ assert late_hook_after(lambda m: m.eval(), nn.Dropout(0.5)) == (2, True)
 frozen = late_hook_after(lambda m: m[0].weight.requires_grad_(False), nn.ReLU())
 guards_requires_grad = claims.version_tuple(torch.__version__) >= (2, 13, 0)   # not the 2.11.0 wheel
 assert frozen == ((2, True) if guards_requires_grad else (1, not skipped))
+""",
+    "test_model_compile_compiles_a_hooked_built_in_layer_with_what_it_calls": """
+import torch
+import torch._dynamo
+from torch import nn
+from hooktutor.course import claims
+
+traces = claims.expected("module-compile-traces-torch-nn-forward")   # since 2.14
+skipped = claims.expected("compile-skips-late-hook")
+since_2_12 = claims.version_tuple(torch.__version__) >= (2, 12, 0)   # hooked layer's forward: 2.12 on
+
+
+def counted():
+    graphs = []
+    return graphs, (lambda gm, example_inputs: graphs.append(gm) or gm.forward)
+
+
+def encoder_layer_compile(early):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True))
+    xt, (graphs, backend), fired = torch.randn(2, 5, 8), counted(), []
+    handles = [model[0].register_forward_hook(lambda m, a, o: None)] if early else []
+    model.compile(backend=backend)
+    model(xt)
+    with model[0].linear1.register_forward_hook(lambda m, a, o: fired.append(1)):
+        model(xt)
+    for handle in handles:
+        handle.remove()
+    torch._dynamo.reset()
+    return len(graphs), bool(fired)
+
+
+def hooked_graphs(hooked):   # graphs model.compile() makes of Linear, ReLU, Linear, `hooked` hooked
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, (graphs, backend) = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), counted()
+    with model[hooked].register_forward_hook(lambda m, a, o: None):
+        model.compile(backend=backend)
+        model(torch.ones(2, 4))
+    torch._dynamo.reset()
+    return len(graphs)
+
+
+if since_2_12 and not traces:   # a hooked layer's forward: a graph if no unhooked one of its class ran first
+    assert encoder_layer_compile(early=True) == (1, False)
+    assert (hooked_graphs(0), hooked_graphs(2)) == (1, 0)
+assert encoder_layer_compile(early=False) == ((1, not skipped) if traces else (0, True))
+
+
+def new_graphs_per_call(hook_of):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model, kept, per_call = nn.Sequential(nn.Linear(4, 4), nn.Tanh()), [], []
+    graphs, backend = counted()
+    with model[0].register_forward_hook(hook_of(kept)):
+        model.compile(backend=backend)
+        for _ in range(4):
+            before = len(graphs)
+            model(torch.ones(2, 4))
+            per_call.append(len(graphs) - before)
+    torch._dynamo.reset()
+    assert len(kept) == 4   # the hook ran in every call
+    return per_call
+
+
+computes = new_graphs_per_call(lambda kept: lambda m, a, o: kept.append(o.mean()) and None)
+shape = new_graphs_per_call(lambda kept: lambda m, a, o: kept.append(tuple(o.shape)) and None)
+itself = new_graphs_per_call(lambda kept: lambda m, a, o: kept.append(o) and None)
+assert computes[1:] == [1, 1, 1], computes
+if since_2_12 and not traces:   # the first call: the hooked Linear's graph, none of the hook's own
+    assert shape == itself == [1, 0, 0, 0], (shape, itself)
+
+""",
+    "test_a_break_in_an_nn_sequential_leaves_the_layers_before_it_uncompiled": """
+import torch
+import torch._dynamo
+from torch import nn
+from hooktutor.course import claims
+
+
+class Looped(nn.Module):   # a module of one's own whose forward loops over an nn.ModuleList
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def __getitem__(self, i):
+        return self.layers[i]
+
+
+def late_hooks_with(middle_hook, container=nn.Sequential):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = container([nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)])
+    fired = []
+    with model[2].register_forward_hook(middle_hook):
+        compiled = torch.compile(model, backend="eager")
+        compiled(torch.ones(2, 4))
+        with model[0].register_forward_hook(lambda m, a, o: fired.append("first")), \
+                model[4].register_forward_hook(lambda m, a, o: fired.append("last")):
+            compiled(torch.ones(2, 4))
+    torch._dynamo.reset()
+    return fired
+
+
+skipped = claims.expected("compile-skips-late-hook")
+for container in (lambda layers: nn.Sequential(*layers), Looped):
+    assert late_hooks_with(lambda m, a, o: None, container) == ([] if skipped else ["first", "last"])
+    for breaking in (lambda m, a, o: torch._dynamo.graph_break(),
+                     lambda m, a, o: None if o.sum().item() else None,
+                     torch.compiler.disable(lambda m, a, o: None)):
+        assert late_hooks_with(breaking, container) == ["first", "last"], container
+""",
+    "test_a_tensor_hook_that_keeps_the_gradient_breaks_the_graph": """
+import torch
+import torch._dynamo
+from torch import nn
+from hooktutor.course import claims
+
+
+class Written(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2, self.head = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def graphs_and_grads(tensor_hook):
+    torch._dynamo.reset()
+    model, graphs, inp = Written(), [], torch.ones(2, 4, requires_grad=True)
+    backend = lambda gm, example_inputs: graphs.append(gm) or gm.forward   # noqa: E731
+    with model.fc2.register_forward_hook(lambda m, a, o: o.register_hook(tensor_hook) and None):
+        torch.compile(model, backend=backend)(inp).sum().backward()
+        compiled, inp.grad = inp.grad, None
+        model(inp).sum().backward()
+    torch._dynamo.reset()
+    assert torch.equal(compiled, inp.grad)   # eager's gradient
+    return len(graphs)
+
+
+kept = []
+keeping = graphs_and_grads(lambda g: kept.append(g) and None)
+split = claims.expected("compile-hook-break-compiles-module-forward")   # fc2's linear a graph: 2.12 on
+assert len(kept) == 2 and (keeping == 3 if split else keeping > 1), keeping
+halves = graphs_and_grads(lambda g: g * 0.5)
+assert (halves == 1) == claims.expected("compile-traces-tensor-hook"), halves
+""",
+    "test_a_late_global_hook_sees_a_root_of_ones_own_class": _OWN + """
+import warnings
+
+from torch.nn.modules.module import register_module_forward_hook
+
+
+def late_global(model):
+    torch._dynamo.reset()
+    compiled, seen = torch.compile(model, backend="eager"), []
+    compiled(x)
+    with warnings.catch_warnings():   # newer torch warns that a global hook also sees the wrapper
+        warnings.simplefilter("ignore")
+        with register_module_forward_hook(lambda m, a, o: seen.append(type(m).__name__)):
+            compiled(x)
+    torch._dynamo.reset()
+    return seen
+
+
+own, sequential = late_global(Own()), late_global(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
+if claims.expected("compile-skips-late-global-hook"):   # since 2.11
+    assert own == ["Own", "OptimizedModule"] and sequential == ["OptimizedModule"], (own, sequential)
+else:
+    assert "Own" in own, own   # torch 2.6 ran it in each module (lesson 02)
 """,
 }

@@ -114,6 +114,42 @@ def test_a_changed_english_paragraph_reopens_its_entry_and_fails_the_check(tmp_p
     assert tr.staleness(copy, "zh_CN").fuzzy == [fuzzy[0].msgid]
 
 
+def test_an_edition_written_without_executing_it_is_executed_by_the_next_run(tmp_path, monkeypatch):
+    """`translate --no-execute` writes an edition with no outputs; the next `translate` must not call
+    it up to date (its cells are the same) but execute it, and then leave it alone."""
+    from hooktutor.course import regen
+
+    lesson = LESSONS[0]
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    monkeypatch.setattr(tr, "NOTEBOOKS", notebooks)
+    monkeypatch.setattr(tr, "LOCALE", tmp_path / "locale")
+    copy = notebooks / lesson.name
+    nbformat.write(nbformat.read(lesson, as_version=4), copy)
+    monkeypatch.setattr(tr, "lessons", lambda: [copy])
+    po = tr.updated_catalogue(copy, "zh_CN")
+    for entry in po:
+        entry.msgstr = entry.msgid   # "translated" (as itself): only the bookkeeping is under test
+    tr.catalogue_path(copy, "zh_CN").parent.mkdir(parents=True)
+    po.save(str(tr.catalogue_path(copy, "zh_CN")))
+    runs = []
+
+    def fake_execute(path, root=None):   # numbers the code cells, as a kernel would
+        runs.append(path)
+        nb = nbformat.read(path, as_version=4)
+        for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+            cell.execution_count = n + 1
+        nbformat.write(nb, path)
+
+    monkeypatch.setattr(regen, "execute", fake_execute)
+    said = []
+    assert tr.translate(["zh_CN"], execute=False, say=said.append) == 0 and runs == []
+    assert not tr.executed(nbformat.read(tr.edition_path(copy, "zh_CN"), as_version=4))
+    assert tr.translate(["zh_CN"], say=said.append) == 0 and runs == [tr.edition_path(copy, "zh_CN")]
+    assert tr.translate(["zh_CN"], say=said.append) == 0 and len(runs) == 1
+    assert "without executing" in said[1] and said[-1].endswith("edition up to date"), said
+
+
 def test_comments_are_translated_and_the_code_is_left_as_it_is():
     source = ("x = 1  # one input\n# the model\ny = f'#{x}'  # noqa: E501\n"
               "### BEGIN SOLUTION\nz = 2\n### END SOLUTION\n")

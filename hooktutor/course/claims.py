@@ -101,7 +101,9 @@ def _full_hook_no_input_warning() -> bool:
     return any(str(w.message).startswith("Full backward hook is firing") for w in caught)
 
 
-def _compile_skips_late_hook() -> bool:
+def _modules_a_late_hook_sees(register) -> tuple[list, object]:
+    """The modules a hook sees in the second call of a compiled nn.Sequential (Linear, ReLU, Linear)
+    when ``register(model, note)`` adds it (returning its handle) after the first; and the model."""
     import torch
     import torch._dynamo
     from torch import nn
@@ -111,13 +113,27 @@ def _compile_skips_late_hook() -> bool:
     compiled = torch.compile(model, backend="eager")
     x = torch.ones(1, 2)
     compiled(x)
-    fired = []
+    seen = []
     try:
-        with model[2].register_forward_hook(lambda m, a, o: fired.append(True)):
-            compiled(x)
+        with warnings.catch_warnings():   # newer torch warns of a global hook beside compile
+            warnings.simplefilter("ignore")
+            with register(model, lambda m, a, o: seen.append(m)):
+                compiled(x)
     finally:
         torch._dynamo.reset()
-    return not fired
+    return seen, model
+
+
+def _compile_skips_late_hook() -> bool:
+    seen, model = _modules_a_late_hook_sees(lambda model, note: model[2].register_forward_hook(note))
+    return not seen
+
+
+def _compile_skips_late_global_hook() -> bool:
+    from torch.nn.modules.module import register_module_forward_hook
+
+    seen, model = _modules_a_late_hook_sees(lambda model, note: register_module_forward_hook(note))
+    return not any(m is model[2] for m in seen)
 
 
 def _error_names_forward_op() -> bool:
@@ -520,6 +536,25 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         probe=_compile_skips_late_hook,
     ),
     Claim(
+        id="compile-skips-late-global-hook",
+        kind="behaviour",
+        lessons=("02_forward_hooks", "11_compile_and_export"),
+        where="02 section 10 (a late global hook, the second cell); 11: the claim 'set "
+              "skip_nnmodule_hook_guards = False and hooks added after compiling run'",
+        before="a global module forward hook registered after the first compiled call fires for the compiled "
+               "model's modules (and for the compiled wrapper), with Dynamo's default settings and with its "
+               "hook guards on",
+        after="such a global hook fires only for the compiled wrapper (`OptimizedModule`), never for a module "
+              "inside the compiled graph, with the hook guards on too (`skip_nnmodule_hook_guards=False`)",
+        since="2.11.0",
+        evidence="observed: the 2.6.0 wheel fires the late global hook for every module of the lesson's MLP "
+                 "(with the guards off and on), while a late hook on fc2 itself is skipped there "
+                 "(compile-skips-late-hook); the 2.11.0 wheel (Colab's; lesson 02 asserted the wrapper alone "
+                 "there), 2.12.1, 2.13.0 and 2.14.1 fire it for the wrapper only. Releases 2.7 to 2.10 were "
+                 "not run, so the first release is bracketed between 2.6.0 and 2.11.0",
+        probe=_compile_skips_late_global_hook,
+    ),
+    Claim(
         id="compiler-is-compiling",
         kind="behaviour",
         lessons=("11_compile_and_export",),
@@ -532,8 +567,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         evidence="the `__all__` of torch/compiler/__init__.py in the 2.2 documentation's module source lists compile, "
                  "assume_constant_result, reset, allow_in_graph, list_backends, disable and "
                  "cudagraph_mark_step_begin, no is_compiling; the 2.3 API reference (torch.compiler_api.rst) "
-                 "lists is_compiling and is_dynamo_compiling; present in the 2.13.0 wheel (the 2.1.2 and 2.15.0 "
-                 "wheels were not available to the author: run python3 course.py compat)",
+                 "lists is_compiling and is_dynamo_compiling; the 2.1.2 wheel lacks it, the 2.6.0, 2.11.0, 2.12.1, "
+                 "2.13.0, 2.14.1 and 2.15.0 wheels have it (python3 course.py compat); 2.2 to 2.5 were not run",
         probe=_compiler_is_compiling,
     ),
     Claim(
@@ -550,9 +585,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         since="2.2.0",
         evidence="pytorch/pytorch#114697 ('Adding an option to torch.export called strict=True', merged November "
                  "2023, before the 2.2 branch cut) separates the strict and non-strict paths; the 2.1.2 wheel's "
-                 "signature has no `strict`, the 2.13.0 and 2.15.0 wheels have it and run the lesson's export "
-                 "cells. Releases 2.2 to 2.12 were not run here: that non-strict export handles these cells "
-                 "there is bracketed between 2.1.2 (no) and 2.13.0 (yes), not tested",
+                 "signature has no `strict`, the 2.6.0, 2.11.0, 2.12.1, 2.13.0, 2.14.1 and 2.15.0 wheels have it and "
+                 "run the lesson's export cells. Releases 2.2 to 2.5 were not run here: that non-strict export "
+                 "handles these cells there is bracketed between 2.1.2 (no) and 2.6.0 (yes), not tested",
         probe=_export_non_strict,
     ),
     Claim(
@@ -566,8 +601,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         since="2.3.0",
         evidence="pytorch/pytorch#120685 ('[dynamo] Support module backwards hooks', merged March 2024, before "
                  "the 2.3 branch cut) adds the BackwardHookVariable whose graph break gives this reason; the "
-                 "2.1.2 wheel gives the generic one, the 2.13.0 and 2.15.0 wheels this one. Releases 2.2 to 2.12 "
-                 "were not run here",
+                 "2.1.2 wheel gives the generic one, the 2.6.0, 2.11.0, 2.12.1, 2.13.0, 2.14.1 and 2.15.0 wheels "
+                 "this one. Releases 2.2 to 2.5 were not run here",
         probe=_compile_module_backward_hook_reason,
     ),
     Claim(
@@ -594,12 +629,13 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         lessons=("11_compile_and_export",),
         where="section 2 (a tensor hook that a forward hook registers on fc2's output, under torch.compile: "
               "the graphs where it breaks the graph)",
-        before="where a forward hook's `register_hook` breaks the graph (compile-traces-tensor-hook; or a "
-               "tensor hook with a side effect, on every release), the hooked module's own forward runs "
-               "outside any graph: the lesson's `Written(MLP)` with the hook on fc2 makes 2 graphs (fc1 and "
-               "act1; act2 and head)",
-        after="the hooked module's own forward is compiled as a graph of its own: 3 graphs (fc1 and act1; "
-              "fc2's `linear`; act2 and head)",
+        before="where a forward hook or pre-hook on a built-in layer breaks the graph (a `register_hook` "
+               "Dynamo does not trace: compile-traces-tensor-hook; a tensor hook with a side effect, "
+               "`torch._dynamo.graph_break()`, on every release), the layer's own forward runs outside any "
+               "graph: the lesson's `Written(MLP)` with the hook on fc2 makes 2 graphs (fc1 and act1; act2 "
+               "and head). A module of one's own class there is a graph of its own on every release run",
+        after="the hooked built-in layer's own forward is compiled as a graph of its own, as a module of "
+              "one's own class always was: 3 graphs (fc1 and act1; fc2's `linear`; act2 and head)",
         since="2.12.0",
         evidence="observed with the lesson's model and the probe (a tensor hook that appends to a list): the "
                  "2.6.0 wheel makes 2 graphs, the 2.12.1, 2.13.0, 2.14.1 and 2.15.0 wheels 3; lesson 11's "
@@ -681,11 +717,17 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
               "`nn.Sequential` and for a module of your own), the verdict 'hooks are ignored by a compiled "
               "model' and the recap",
         before="(where `model.compile()` exists, module-compile-method) for a module whose forward is torch.nn's "
-               "(`nn.Sequential`, `nn.Linear`) it compiles nothing: Dynamo skips the torch.nn frames it "
-               "reaches, so the model runs eagerly, every hook included; a module of your own class, at the "
-               "root or inside an `nn.Sequential`, is compiled as with torch.compile(model)",
-        after="such a module is compiled too, as with torch.compile(model): an `nn.Sequential` of built-in "
-              "layers is one graph, and a hook added later to a layer inside it is skipped",
+               "(`nn.Sequential`, `nn.Linear`) it compiles only code of one's own that those frames call: "
+               "Dynamo skips the torch.nn frames, so the layers run eagerly and every hook runs, a late one "
+               "too; a hook registered before compiling is compiled as a frame of its own (with its layer's "
+               "forward on 2.12 and 2.13, alone on 2.6), so a list-appending hook compiles again on every call; "
+               "the forward of a module of one's own class, at the root or inside an `nn.Sequential`, is "
+               "compiled as with torch.compile(model) (a late hook on a layer it calls is skipped), while a late "
+               "hook on such a module inside an `nn.Sequential` runs (its call is torch.nn's)",
+        after="a module whose forward is torch.nn's is compiled too: an `nn.Sequential` of built-in layers is "
+              "one graph, and a hook added later to a layer inside it, or to a module of one's own inside it, "
+              "is skipped; unlike torch.compile(model), the root's own hook dicts are guarded, empty ones too, "
+              "so a hook added later to the root compiles it again and runs",
         since="2.14.0",
         evidence="observed: the 2.6.0, 2.11.0, 2.12.1 and 2.13.0 wheels hand the backend no graph for an "
                  "nn.Sequential (2.11.0 with the probe of module-compile-skips-torch-nn-forward, the claim this "

@@ -330,6 +330,11 @@ def same_cells(a, b) -> bool:
     return [(c.cell_type, c.source) for c in a.cells] == [(c.cell_type, c.source) for c in b.cells]
 
 
+def executed(nb) -> bool:
+    """Whether every code cell of ``nb`` has run (an edition written by ``--no-execute`` has not)."""
+    return all(c.execution_count is not None for c in nb.cells if c.cell_type == "code")
+
+
 def translate(langs: list[str] | None = None, *, execute: bool = True, say=print) -> int:
     """``course.py translate``: update every catalogue, write and execute every edition whose
     catalogue is complete and whose cells changed. Returns 0, or 1 when an edition could not be
@@ -355,11 +360,15 @@ def translate(langs: list[str] | None = None, *, execute: bool = True, say=print
             current = nbformat.read(out, as_version=4) if out.exists() else None
             if current is not None and same_cells(current, edition) and current.metadata.get(
                     "hooktutor", {}).get("edition") == edition.metadata["hooktutor"]["edition"]:
-                say(f"{lang} {lesson.stem}: complete, edition up to date")
-                continue
-            out.parent.mkdir(parents=True, exist_ok=True)
-            nbformat.write(edition, out)
-            say(f"{lang} {lesson.stem}: complete; wrote {_shown(out)}")
+                if executed(current) or not execute:
+                    say(f"{lang} {lesson.stem}: complete, edition up to date"
+                        + ("" if executed(current) else " (not executed yet)"))
+                    continue
+                say(f"{lang} {lesson.stem}: complete; the edition was written without executing it")
+            else:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                nbformat.write(edition, out)
+                say(f"{lang} {lesson.stem}: complete; wrote {_shown(out)}")
             if execute:
                 say(f"{lang} {lesson.stem}: executing {_shown(out)}")
                 try:
