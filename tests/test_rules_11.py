@@ -84,10 +84,11 @@ def test_model_compile_on_a_sequential_compiles_the_modules_of_ones_own_class_in
 
 def test_a_hook_that_breaks_the_graph_leaves_its_module_a_graph_of_its_own(one_process):
     """Section 2's note across releases and compile-hook-break-compiles-module-forward, beyond the
-    lesson's tensor hook on an nn.Linear: a forward hook (on an nn.LayerNorm) or a pre-hook (on an
-    nn.Linear) that calls `torch._dynamo.graph_break()` gives the built-in layer's forward a graph of
-    its own since torch 2.12 (three graphs; two before); a module of one's own class gets one on every
-    release the course ran."""
+    lesson's tensor hook on an nn.Linear: in a written-out forward (`Around`), a forward hook (on an
+    nn.LayerNorm) or a pre-hook (on an nn.Linear) that calls `torch._dynamo.graph_break()` gives the
+    built-in layer's forward a graph of its own since torch 2.12 (three graphs; two before); a module of
+    one's own class gets one on every release the course ran. (In an nn.Sequential it need not: see
+    test_model_compile_compiles_a_hooked_built_in_layer_with_what_it_calls.)"""
     one_process()
 
 
@@ -179,6 +180,16 @@ def test_a_late_global_hook_sees_a_root_of_ones_own_class(one_process):
     registered after compiling sees only the compiled wrapper of an nn.Sequential (since 2.11,
     compile-skips-late-global-hook), but a root of one's own class too, whose hooks Python calls
     around its compiled forward; never the layers traced into the graph."""
+    one_process()
+
+
+def test_export_bakes_in_a_global_hook_without_strict_and_refuses_it_with_strict(one_process):
+    """Section 5's verdict ("export runs the forward hooks that are attached"), for a global module hook
+    (lesson 02): a non-strict export runs it at export, on every module and on export's own wrapper,
+    and bakes what it returns into the program; a strict export refuses it (Dynamo raises
+    `Unsupported`), on torch 2.13 and later, the releases the lesson names."""
+    if not claims.expected("export-non-strict"):
+        pytest.skip(f"torch {torch.__version__}: no non-strict torch.export (since torch 2.2)")
     one_process()
 
 
@@ -556,5 +567,34 @@ if claims.expected("compile-skips-late-global-hook"):   # since 2.11
     assert own == ["Own", "OptimizedModule"] and sequential == ["OptimizedModule"], (own, sequential)
 else:
     assert "Own" in own, own   # torch 2.6 ran it in each module (lesson 02)
+""",
+    "test_export_bakes_in_a_global_hook_without_strict_and_refuses_it_with_strict": """
+import torch
+from torch import nn
+from torch.nn.modules.module import register_module_forward_hook
+from hooktutor.course import claims
+
+torch.manual_seed(0)
+model, x = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), torch.ones(2, 4)
+plain, calls = model(x), []
+
+
+def hook(m, a, o):   # notes every module; adds 1 to the last layer's output
+    calls.append(type(m).__name__)
+    return o + 1 if m is model[2] else None
+
+
+with register_module_forward_hook(hook):
+    program = torch.export.export(model, (x,), strict=False)
+assert calls[:4] == ["Linear", "ReLU", "Linear", "Sequential"], calls
+assert torch.allclose(program.module()(x), plain + 1)   # baked in: the hook is gone, its +1 stays
+if claims.version_tuple(torch.__version__) >= (2, 13, 0):
+    try:
+        with register_module_forward_hook(hook):
+            torch.export.export(model, (x,), strict=True)
+    except Exception as error:   # noqa: BLE001 - Dynamo's Unsupported, whatever module it lives in
+        assert type(error).__name__ == "Unsupported", repr(error)
+    else:
+        raise AssertionError("strict export accepted a global forward hook")
 """,
 }
