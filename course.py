@@ -378,20 +378,22 @@ def cmd_compat(args: list[str]) -> int:
     results.mkdir(parents=True, exist_ok=True)
     for old in results.glob("*.json"):
         old.unlink()
-    files, failed = [], False
+    files, failed, failing = [], False, []
     envs = [(None, None), *((t, None) for t in versions), *((None, t) for t in tf_versions)]
     for torch, transformers in envs:  # (None, None): the course environment with the pinned torch
         python = ensure_env(torch, transformers)
         if transformers:
             name, result = f"transformers {transformers}", results / f"transformers-{transformers}.json"
             say(f"{name} (torch {pinned_torch()}): executing the lessons that teach transformers and every probe")
-            failed |= run([python, "-m", "hooktutor.course.other_torches", "run", result,
-                           "--transformers-lessons"]) != 0
+            lessons_failed = run([python, "-m", "hooktutor.course.other_torches", "run", result,
+                                  "--transformers-lessons"]) != 0
         else:
             name = f"torch {torch or f'{pinned_torch()} (pinned, .venv)'}"
             result = results / f"torch-{torch or 'pinned'}.json"
             say(f"{name}: executing every notebook and the probes of hooktutor/course/claims.py")
-            failed |= run([python, "-m", "hooktutor.course.other_torches", "run", result]) != 0
+            lessons_failed = run([python, "-m", "hooktutor.course.other_torches", "run", result]) != 0
+        failed |= lessons_failed
+        code = 0
         if (torch or transformers) and run_tests:
             junit = results / f"tests-{torch or 'transformers-' + transformers}.xml"
             selection, scope = [], ""
@@ -403,20 +405,25 @@ def cmd_compat(args: list[str]) -> int:
                 say(f"{name}: the library tests (course-environment and browser tests left out)")
             code = run([python, "-m", "pytest", "tests", "-q", "-m", "not course_env and not browser",
                         *selection, f"--junitxml={junit}", *pytest_args])
-            failed |= code != 0
             data = json.loads(result.read_text())
             data["tests"], data["test_failures"] = code, failed_tests(junit)
             if scope:
                 data["tests_scope"] = scope + ("; all skipped (lesson 12 not admitted)" if all_skipped(junit) else "")
             result.write_text(json.dumps(data, indent=1) + "\n")
         files.append(result)
+        if lessons_failed or code != 0:
+            failing.append(name)
+    failed |= bool(failing)
     code = run([ensure_env(), "-m", "hooktutor.course.other_torches", "report", VERSIONS_DOC,
                 f"--pinned={pinned_torch()}", f"--carry={','.join(carried(versions, tf_versions))}", *files])
     failed |= code != 0
     tested = [f"torch {', '.join([pinned_torch(), *versions])}"] + (
         [f"transformers {', '.join(tf_versions)}"] if tf_versions else [])
-    say(f"{'FAILED' if failed else 'all lessons hold'} on {' and '.join(tested)}; "
-        f"see {VERSIONS_DOC.relative_to(ROOT)}")
+    if failing:
+        say(f"FAILED on {', '.join(failing)} (of {' and '.join(tested)}); see {VERSIONS_DOC.relative_to(ROOT)}")
+    else:
+        say(f"{'FAILED: the report could not be written' if failed else 'all lessons hold'} on "
+            f"{' and '.join(tested)}; see {VERSIONS_DOC.relative_to(ROOT)}")
     return 1 if failed else 0
 
 

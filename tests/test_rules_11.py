@@ -139,7 +139,7 @@ def test_eval_forces_a_recompile_only_where_the_forward_reads_training(one_proce
     eval()): `eval()` after the first compiled call makes the next one compile again, and so trace a
     late hook in, only where a layer reads `self.training` (a Dropout); on Linear/ReLU layers no guard
     reads it, while `requires_grad_(False)` on a weight compiles again on both (where the guards check
-    requires_grad: the 2.13.0 wheel, not 2.11.0's)."""
+    requires_grad: the 2.12.1 and 2.13.0 wheels, not 2.11.0's)."""
     one_process()
 
 
@@ -387,7 +387,7 @@ skipped = claims.expected("compile-skips-late-hook")
 assert late_hook_after(lambda m: m.eval(), nn.ReLU()) == (1, not skipped)
 assert late_hook_after(lambda m: m.eval(), nn.Dropout(0.5)) == (2, True)
 frozen = late_hook_after(lambda m: m[0].weight.requires_grad_(False), nn.ReLU())
-guards_requires_grad = claims.version_tuple(torch.__version__) >= (2, 13, 0)   # not the 2.11.0 wheel
+guards_requires_grad = claims.version_tuple(torch.__version__) >= (2, 12, 0)   # not the 2.11.0 wheel
 assert frozen == ((2, True) if guards_requires_grad else (1, not skipped))
 """,
     "test_model_compile_compiles_a_hooked_built_in_layer_with_what_it_calls": """

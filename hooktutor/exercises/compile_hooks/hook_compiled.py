@@ -259,18 +259,18 @@ def _uncompile(compiled, layer, hook):
     return handle
 
 
-# Where the guards check a parameter's requires_grad (the 2.13.0 wheel; not the 2.11.0 wheel, Colab's;
-# 2.12 not run), the next call compiles again and the hook runs, but the layer is left frozen; where they
+# Where the guards check a parameter's requires_grad (the 2.12.1 and 2.13.0 wheels; not the 2.11.0
+# wheel, Colab's), the next call compiles again and the hook runs, but the layer is left frozen; where they
 # do not, nothing compiles again and the hook is skipped. Rejected on both, for the reason each gives
 # (tests/test_rules_11.py holds the two behaviours).
-GUARDS_REQUIRES_GRAD = claims.version_tuple(torch.__version__) >= (2, 13, 0)
+GUARDS_REQUIRES_GRAD = claims.version_tuple(torch.__version__) >= (2, 12, 0)
 
 
 @exercise.wrong("freezes the layer's weight to force a recompile, no reset",
                 mentions="leave the model as it was" if GUARDS_REQUIRES_GRAD else "a next call that compiles again")
 def _freezes(compiled, layer, hook):
     handle = layer.register_forward_hook(hook)
-    layer.weight.requires_grad_(False)   # a guarded flag since 2.13: the next call compiles again, frozen
+    layer.weight.requires_grad_(False)   # a guarded flag since 2.12: the next call compiles again, frozen
     return handle
 
 
