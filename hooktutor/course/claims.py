@@ -718,9 +718,11 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
               "model' and the recap",
         before="(where `model.compile()` exists, module-compile-method) for a module whose forward is torch.nn's "
                "(`nn.Sequential`, `nn.Linear`) it compiles only code of one's own that those frames call: "
-               "Dynamo skips the torch.nn frames, so the layers run eagerly and every hook runs, a late one "
-               "too; a hook registered before compiling is compiled as a frame of its own (with its layer's "
-               "forward on 2.12 and 2.13, alone on 2.6), so a list-appending hook compiles again on every call; "
+               "Dynamo skips the torch.nn frames, so the layers run eagerly and a late hook runs, except "
+               "where a hook registered before compiling brings its layer into a graph (on 2.12 and 2.13 a "
+               "hooked first Linear is a graph of its own, a hooked Linear after an unhooked one is not; on "
+               "2.6 the hook alone is compiled); a hook that computes a tensor and appends it to a list "
+               "compiles again on every call; "
                "the forward of a module of one's own class, at the root or inside an `nn.Sequential`, is "
                "compiled as with torch.compile(model) (a late hook on a layer it calls is skipped), while a late "
                "hook on such a module inside an `nn.Sequential` runs (its call is torch.nn's)",
