@@ -352,6 +352,9 @@ print("ok")
 """
 
 
+@pytest.mark.skipif(not hasattr(torch.compiler, "is_exporting"),
+                    reason="transformers 5's masking code calls torch.compiler.is_exporting, which this torch "
+                           "lacks (2.6 does): Dynamo stops on the AttributeError while compiling the model")
 def test_layer_names_of_a_compiled_hugging_face_model_work_without_orig_mod(in_a_process_of_its_own):
     """torch.compile names every layer `_orig_mod.<name>`: capture, its recording, get_layer and
     list_hooks take the names with or without it. In a process of its own: it compiles."""
