@@ -439,6 +439,9 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0
     command, rest = argv[0], argv[1:]
+    if command in {"compat", "regen", "setup"} and {"-h", "--help"} & set(rest):
+        print(__doc__)   # these commands install and run at once: a help request must not start them
+        return 0
     if command == "lab":
         return cmd_lab(rest)
     if command == "test":

@@ -259,3 +259,40 @@ def test_the_tensor_witness_survives_a_none_gradient():
     with TensorHookWitness({"a": a, "b": b}) as w:
         (b ** 2).sum().backward()
     assert w.reached == {"a": 1, "b": 1} and w.grads["a"] is None and w.grads["b"] is not None
+
+
+def test_the_callers_hooks_of_the_variants_leave_a_compiled_answer_compiled_once():
+    """The caller's hooks that every variant puts on every module note that they fired with a flag:
+    a count, an int that changes on every call, fails Dynamo's guards and made a compiled answer
+    compile again on every call (slow checks, and a graph count that was the kit's, not the
+    answer's)."""
+    import contextlib
+
+    import torch._dynamo
+    from torch import nn
+
+    from hooktutor.exercises import variants
+
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=backend)
+    def answer(m, x):   # calls the compiled model three times, as count_graphs' answers do
+        return [compiled(x) for _ in range(3)][-1]
+
+    callers: set[int] = set()
+    try:
+        run = variants.run_once(answer, (model, torch.ones(2, 4)), {}, callers, contextlib.nullcontext,
+                                backward=False)
+    finally:
+        torch._dynamo.reset()
+    assert run.error is None, run.error
+    assert len(graphs) == 1
+    assert all(fired == (1, 1) for fired in run.fired.values()), run.fired
+    assert not callers and not model[0]._forward_hooks   # the caller's hooks went with the run

@@ -159,3 +159,22 @@ def test_learner_lab_does_not_start_when_the_workbook_cannot_be_written(course, 
 
 def test_the_help_names_the_instructor_mode(course):
     assert "lab --instructor" in course.__doc__
+
+
+@pytest.mark.parametrize("command", ["compat", "regen", "setup"])
+def test_a_help_request_prints_the_help_and_starts_nothing(course, monkeypatch, capsys, command):
+    # compat installs torch releases of several GB, regen rewrites every notebook
+    monkeypatch.setattr(course, "ensure_env", lambda *a, **k: pytest.fail("a help request set up an environment"))
+    monkeypatch.setattr(course, "run", lambda *a, **k: pytest.fail("a help request ran a command"))
+    assert course.main([command, "--help"]) == 0
+    assert "python3 course.py compat" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["mutants", "regen", "answers", "student", "translate"])
+def test_the_package_tools_answer_a_help_request_with_their_usage(monkeypatch, capsys, command):
+    import hooktutor.__main__ as cli
+    import hooktutor.course.mutation as mutation
+
+    monkeypatch.setattr(mutation, "main", lambda *a: pytest.fail("a help request ran the mutants"))
+    assert cli.main([command, "-h"]) == 0
+    assert "usage: hooktutor" in capsys.readouterr().out

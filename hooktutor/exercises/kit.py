@@ -56,7 +56,7 @@ each is a way a mutant of a solution, or a learner, got through a check that lac
 
 Some dimensions every check gets without asking: after its cases pass, the first visible case's
 call runs again in variants of its surroundings (:mod:`hooktutor.exercises.variants`: float64 and
-bfloat16, eval and mixed train/eval modules, a counting caller's hook on every module, a backward
+bfloat16, eval and mixed train/eval modules, a caller's hook on every module, a backward
 through the result, every module's state and the process-wide settings compared with the
 reference's). A case still builds these dimensions itself where the task needs more than one call.
 

@@ -24,8 +24,9 @@ variant         the recorded arguments ...
 ==============  ==============================================================================
 
 In each variant every module of every module argument carries a forward pre-hook and a forward
-hook of the caller's, which count their calls; what is compared, answer against reference
-(each an *aspect*):
+hook of the caller's, which record that they fired (a flag, not a count: a count would make a
+compiled answer recompile on every call); what is compared, answer against reference (each an
+*aspect*):
 
 ``result``
     the returned value: a tensor's dtype exactly, its shape, its values (the tolerance of its
@@ -68,8 +69,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..inventory import global_hook_ids
+
 VARIANTS: dict[str, str] = {
-    "as given": "the first case again, with a counting hook of the caller's on every module and a "
+    "as given": "the first case again, with a hook of the caller's on every module and a "
                 "backward through the result",
     "float64": "the first case again, with the model and its inputs in float64",
     "bfloat16": "the first case again, with the model and its inputs in bfloat16",
@@ -312,7 +315,7 @@ class Run:
     error: BaseException | None = None
     state: dict[tuple, Any] = field(default_factory=dict)
     present: dict[str, bool] = field(default_factory=dict)    # module -> the caller's hooks still there
-    fired: dict[str, tuple[int, int]] = field(default_factory=dict)   # module -> (pre, forward) calls
+    fired: dict[str, tuple[int, int]] = field(default_factory=dict)   # module -> (pre, forward) fired: 1/0
     grads: dict[str, torch.Tensor | None] | None = None       # the backward through the result
     backward_error: str | None = None
     settings: tuple[str, Any, Any] | None = None
@@ -379,11 +382,15 @@ def _instrument(named: list[tuple[str, nn.Module]], callers: set[int]) -> tuple[
     for qual, m in named:
         count = counts.setdefault(qual, [0, 0])
 
-        def pre(module, args, count=count):   # a hook of the caller's (it counts its calls)
-            count[0] += 1
+        # The caller's hooks record that they fired; they set a flag rather than count. Under
+        # torch.compile Dynamo traces them, and an int that changes from call to call fails its
+        # guards: every call of a compiled answer would recompile (slow, and a different graph
+        # count), where a flag set to 1 keeps the guards true after the first call.
+        def pre(module, args, count=count):
+            count[0] = 1
 
         def post(module, args, output, count=count):
-            count[1] += 1
+            count[1] = 1
         pair = (m.register_forward_pre_hook(pre), m.register_forward_hook(post))
         callers.update(h.id for h in pair)
         handles.append((qual, m, pair))
@@ -392,8 +399,8 @@ def _instrument(named: list[tuple[str, nn.Module]], callers: set[int]) -> tuple[
 
 def run_once(fn: Callable, args: tuple, kwargs: dict, callers: set[int], deadline: Callable,
              backward: bool) -> Run:
-    """Run ``fn(*args, **kwargs)`` with counting caller's hooks on every module; read what it
-    left; then a backward through its differentiable result."""
+    """Run ``fn(*args, **kwargs)`` with the caller's hooks on every module (each notes that it
+    fired); read what it left; then a backward through its differentiable result."""
     roots = _roots((args, kwargs))
     named = _names(roots)
     optimizers = _optimizers((args, kwargs))
@@ -763,8 +770,11 @@ def _reference_run(exercise: Any, recording: Recording, variant: str, callers: s
                    deadline: Callable, off: dict) -> Run | None:
     # kept per variant and per process-wide settings: a setting changed since (a learner's cell
     # that sets Dynamo's recompile limit, or disables it, or sets its stance) can change what the
-    # reference gives
-    key = (variant, repr(sorted(global_settings().items())), compile_settings())
+    # reference gives, and so can a global module hook registered since (by its handle's id, not
+    # the number of hooks: one that appends to a list, in place of one that does nothing, makes a
+    # compiled reference compile again on every call)
+    key = (variant, repr(sorted(global_settings().items())), compile_settings(),
+           tuple(sorted(global_hook_ids())))
     if key in recording.reference:
         return recording.reference[key]
     ref = None

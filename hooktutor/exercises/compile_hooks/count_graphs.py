@@ -29,6 +29,7 @@ import torch
 import torch._dynamo
 from torch import nn
 
+from ...inventory import global_hook_ids
 from ...models import seeded
 from .. import kit
 from ..core import Exercise, Tester
@@ -106,12 +107,7 @@ def _world() -> tuple:
     module hooks, by their handles' ids (not their number: a no-op hook swapped for one that
     appends to a list keeps the number and changes the count). A learner's answer or cell may have
     changed any of them."""
-    from torch.nn.modules import module as _module
-
-    hooks = tuple(tuple(getattr(_module, name, {})) for name in (
-        "_global_forward_pre_hooks", "_global_forward_hooks", "_global_backward_hooks",
-        "_global_backward_pre_hooks"))
-    return torch.__version__, compile_settings(), hooks
+    return torch.__version__, compile_settings(), tuple(sorted(global_hook_ids()))
 
 
 def _truth(model: nn.Module, x: torch.Tensor, calls: int, key: tuple | None = None) -> int:
