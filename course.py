@@ -74,10 +74,13 @@ def say(msg: str) -> None:
 # admits and the newest that pip installs (update it when torch releases).
 # 2.11.0: what Google Colab ships (the pip-freeze of googlecolab/backend-info, August 2026), where the
 # Colab links open the course; update it when Colab moves.
-# 2.6.0, 2.12.1, 2.14.1: between those, so that the first release of a claim in
+# 2.6.0, 2.7.1, 2.9.1, 2.12.1, 2.14.1: between those, so that the first release of a claim in
 # hooktutor/course/claims.py is measured, not bracketed (2.6.0: the claims between 2.2 and 2.11;
-# 2.12.1 and 2.14.1: those first seen on 2.13.0 and 2.15.0).
-COMPAT_TORCH = ["2.1.2", "2.6.0", "2.11.0", "2.12.1", "2.14.1", "2.15.0"]
+# 2.7.1: compile-skips-late-global-hook's first release and lesson 13's oldest torch; 2.9.1: where
+# lessons 02 and 11 failed while that claim was dated 2.11, a release many environments still pin;
+# 2.12.1 and 2.14.1: those first seen on 2.13.0 and 2.15.0). The probes alone ran on 2.8.0 and
+# 2.10.0 too (the claims' evidence says so).
+COMPAT_TORCH = ["2.1.2", "2.6.0", "2.7.1", "2.9.1", "2.11.0", "2.12.1", "2.14.1", "2.15.0"]
 VERSIONS_DOC = ROOT / "docs" / "torch-versions.md"  # written by compat
 # The transformers releases `compat` tests besides the pinned one, with the pinned torch: the oldest
 # that pyproject.toml admits and the last 4.x (what older snippets were written for).

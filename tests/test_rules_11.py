@@ -177,9 +177,10 @@ def test_a_tensor_hook_that_keeps_the_gradient_breaks_the_graph(one_process):
 
 def test_a_late_global_hook_sees_a_root_of_ones_own_class(one_process):
     """Lesson 02 section 10 and lesson 11's claim on `skip_nnmodule_hook_guards`: a global forward hook
-    registered after compiling sees only the compiled wrapper of an nn.Sequential (since 2.11,
-    compile-skips-late-global-hook), but a root of one's own class too, whose hooks Python calls
-    around its compiled forward; never the layers traced into the graph."""
+    registered after compiling sees only the compiled wrapper of an nn.Sequential compiled with no
+    hook on it (since 2.7, compile-skips-late-global-hook), but a root of one's own class too, whose
+    hooks Python calls around its compiled forward; where a layer had a hook of its own when the model
+    compiled, it runs in every module, on every release."""
     one_process()
 
 
@@ -550,23 +551,35 @@ import warnings
 from torch.nn.modules.module import register_module_forward_hook
 
 
-def late_global(model):
+def late_global(model, hooked=None):
+    # the modules a global forward hook added after the first compiled call sees; `hooked`: a
+    # module that carries a (do-nothing) forward hook of its own from before compiling
     torch._dynamo.reset()
+    before = [] if hooked is None else [hooked.register_forward_hook(lambda m, a, o: None)]
     compiled, seen = torch.compile(model, backend="eager"), []
-    compiled(x)
-    with warnings.catch_warnings():   # newer torch warns that a global hook also sees the wrapper
-        warnings.simplefilter("ignore")
-        with register_module_forward_hook(lambda m, a, o: seen.append(type(m).__name__)):
-            compiled(x)
+    try:
+        compiled(x)
+        with warnings.catch_warnings():   # newer torch warns that a global hook also sees the wrapper
+            warnings.simplefilter("ignore")
+            with register_module_forward_hook(lambda m, a, o: seen.append(type(m).__name__)):
+                compiled(x)
+    finally:
+        for handle in before:
+            handle.remove()
     torch._dynamo.reset()
     return seen
 
 
 own, sequential = late_global(Own()), late_global(nn.Sequential(nn.Linear(4, 4), nn.ReLU()))
-if claims.expected("compile-skips-late-global-hook"):   # since 2.11
+if claims.expected("compile-skips-late-global-hook"):   # since 2.7
     assert own == ["Own", "OptimizedModule"] and sequential == ["OptimizedModule"], (own, sequential)
 else:
     assert "Own" in own, own   # torch 2.6 ran it in each module (lesson 02)
+# A layer that had a hook of its own when the model compiled: then the late global hook runs in
+# every module, on every release (the rule above is for a model compiled with no hook on it)
+held = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+hooked = late_global(held, hooked=held[0])
+assert hooked == ["Linear", "ReLU", "Sequential", "OptimizedModule"], hooked
 """,
     "test_export_bakes_in_a_global_hook_without_strict_and_refuses_it_with_strict": """
 import torch

@@ -272,6 +272,44 @@ def _mha_fastpath_switch() -> bool:
     return hasattr(getattr(torch.backends, "mha", None), "set_fastpath_enabled")
 
 
+def _fsdp2_sharded_grad(rank: int, world_size: int):
+    """One Linear under ``fully_shard``, in a gloo group: rank r's input is r + 1 everywhere, so its own
+    gradient is r + 1 in every entry (the probe of fsdp2-cpu-averages-gradients, in each process)."""
+    import torch
+    from torch import nn
+    from torch.distributed.fsdp import fully_shard
+
+    layer = nn.Linear(2, 2, bias=False)
+    fully_shard(layer)
+    layer(torch.full((1, 2), float(rank + 1))).sum().backward()
+    return layer.weight.grad.full_tensor()
+
+
+def _fsdp2_cpu_averages_gradients() -> bool:
+    import torch
+
+    if version_tuple(torch.__version__) < (2, 7, 0):   # FSDP2 does not run on a CPU before 2.7
+        return False                                  # (lesson 13's floor): nothing to average
+    from .. import distributed
+
+    grad = distributed.run(_fsdp2_sharded_grad, 2)[0]
+    average, total = torch.full_like(grad, 1.5), torch.full_like(grad, 3.0)   # (1 + 2) / 2 and 1 + 2
+    assert torch.equal(grad, average) or torch.equal(grad, total), grad
+    return torch.equal(grad, average)
+
+
+def _ao_quantization_deprecated() -> bool:
+    import torch
+    from torch import nn
+
+    model = nn.Sequential(nn.Linear(2, 2))
+    model.qconfig = torch.ao.quantization.default_qconfig
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.ao.quantization.prepare(model, inplace=True)
+    return any("torch.ao.quantization is deprecated" in str(w.message) for w in caught)
+
+
 def _graph_count_of(fn, *args) -> int:
     """How many graphs Dynamo makes for one call of ``fn(*args)`` and a backward of its output."""
     import torch
@@ -544,14 +582,17 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         before="a global module forward hook registered after the first compiled call fires for the compiled "
                "model's modules (and for the compiled wrapper), with Dynamo's default settings and with its "
                "hook guards on",
-        after="such a global hook fires only for the compiled wrapper (`OptimizedModule`), never for a module "
-              "inside the compiled graph, with the hook guards on too (`skip_nnmodule_hook_guards=False`)",
-        since="2.11.0",
+        after="in a model compiled with no hook on any of its modules, such a global hook fires only for the "
+              "compiled wrapper (`OptimizedModule`), never for a module inside the compiled graph, with the hook "
+              "guards on too (`skip_nnmodule_hook_guards=False`); a root of one's own class runs it too, and "
+              "where a layer had a hook as the model compiled it runs in every module, on every release "
+              "(tests/test_rules_11.py)",
+        since="2.7.0",
         evidence="observed: the 2.6.0 wheel fires the late global hook for every module of the lesson's MLP "
                  "(with the guards off and on), while a late hook on fc2 itself is skipped there "
-                 "(compile-skips-late-hook); the 2.11.0 wheel (Colab's; lesson 02 asserted the wrapper alone "
-                 "there), 2.12.1, 2.13.0 and 2.14.1 fire it for the wrapper only. Releases 2.7 to 2.10 were "
-                 "not run, so the first release is bracketed between 2.6.0 and 2.11.0",
+                 "(compile-skips-late-hook); the 2.7.1 and 2.8.0 wheels (the probe alone), 2.9.1 (every "
+                 "lesson: lessons 02 and 11 failed their asserts there while the registry said 2.11), 2.11.0 "
+                 "(Colab's), 2.12.1, 2.13.0 and 2.14.1 fire it for the wrapper only",
         probe=_compile_skips_late_global_hook,
     ),
     Claim(
@@ -673,9 +714,8 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         after="the strict export succeeds: the program drops the tensor hook (what its backward computes: "
               "export-strict-tensor-hook-grad)",
         since="2.11.0",
-        evidence="observed: the 2.6.0 wheel raises Unsupported, the 2.11.0 (Colab's), 2.12.1, 2.13.0, 2.14.1 and "
-                 "2.15.0 wheels export. Releases 2.7 to 2.10 were not run here, so the first release is "
-                 "bracketed between 2.6.0 and 2.11.0; 2.11.0 is the first one observed",
+        evidence="observed: the 2.6.0, 2.7.1, 2.8.0, 2.9.1 and 2.10.0 wheels raise Unsupported, the 2.11.0 "
+                 "(Colab's), 2.12.1, 2.13.0, 2.14.1 and 2.15.0 wheels export",
         probe=_export_strict_tensor_hook_exports,
     ),
     Claim(
@@ -896,6 +936,33 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "merged 2024-01-02, after the release/2.2 branch cut; absent from the 2.1.2 wheel, present in the "
                  "2.13.0 and 2.15.0 wheels",
         probe=_mha_fastpath_switch,
+    ),
+    Claim(
+        id="fsdp2-cpu-averages-gradients",
+        kind="behaviour",
+        lessons=("13_hooks_at_work",),
+        where="section 2 (the gradient each rank keeps: its shard of the average over the ranks)",
+        before="on a CPU (the gloo backend) FSDP2 keeps each rank's shard of the *sum* of the ranks' gradients: "
+               "the average times the number of processes (pytorch/pytorch#162338)",
+        after="each rank keeps its shard of the average of the ranks' gradients",
+        since="2.9.0",
+        evidence="observed with the probe and lesson 13's sharded MLP: the 2.7.1 and 2.8.0 wheels keep the sum "
+                 "(lesson 13 failed its assert on 2.7.1, its oldest admitted torch, while it said 'average' "
+                 "unconditionally), the 2.9.1, 2.10.0 and 2.13.0 wheels the average; pytorch/pytorch#162338 "
+                 "('Incorrect AVG reduction for GLOO', September 2025) reports the sum on 2.8",
+        probe=_fsdp2_cpu_averages_gradients,
+    ),
+    Claim(
+        id="ao-quantization-deprecated",
+        kind="wording",
+        lessons=("13_hooks_at_work",),
+        where="section 4 (eager-mode `torch.ao.quantization.prepare` and its observers)",
+        before="`torch.ao.quantization.prepare` attaches its observers without a warning",
+        after="it warns that torch.ao.quantization is deprecated (new code uses the torchao package)",
+        since="2.8.0",
+        evidence="observed with the probe: the 2.6.0 and 2.7.1 wheels give no warning, the 2.8.0, 2.9.1, 2.10.0 "
+                 "and 2.13.0 wheels give 'torch.ao.quantization is deprecated and will be removed in 2.10'",
+        probe=_ao_quantization_deprecated,
     ),
     *_transformers_claims(Claim),
 ]}

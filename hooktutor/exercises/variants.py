@@ -376,21 +376,29 @@ def _state(named: list[tuple[str, nn.Module]], optimizers: list, callers: set[in
     return state
 
 
+def _flag_hooks(flags: list[int]) -> tuple[Callable, Callable]:
+    """A forward pre-hook and a forward hook of the caller's that note that they fired.
+
+    They set a flag rather than count: under torch.compile Dynamo traces them, and an int that
+    changes from call to call fails its guards, so every call of a compiled answer would compile
+    again (slow, and a graph count that is the kit's, not the answer's); a flag set to 1 keeps
+    the guards true after the first call. ``flags`` reaches them as a closure, not as a default
+    argument: the Dynamo of torch 2.9.1 and 2.10.0 drops what a function it inlines (a hook, a
+    helper the compiled code calls) does to an object bound as that function's default argument
+    (2.8.0 and 2.13.0 keep it), and the hooks would seem never to fire."""
+    def pre(module, args):
+        flags[0] = 1
+
+    def post(module, args, output):
+        flags[1] = 1
+    return pre, post
+
+
 def _instrument(named: list[tuple[str, nn.Module]], callers: set[int]) -> tuple[list, dict[str, list[int]]]:
     counts: dict[str, list[int]] = {}
     handles = []
     for qual, m in named:
-        count = counts.setdefault(qual, [0, 0])
-
-        # The caller's hooks record that they fired; they set a flag rather than count. Under
-        # torch.compile Dynamo traces them, and an int that changes from call to call fails its
-        # guards: every call of a compiled answer would recompile (slow, and a different graph
-        # count), where a flag set to 1 keeps the guards true after the first call.
-        def pre(module, args, count=count):
-            count[0] = 1
-
-        def post(module, args, output, count=count):
-            count[1] = 1
+        pre, post = _flag_hooks(counts.setdefault(qual, [0, 0]))
         pair = (m.register_forward_pre_hook(pre), m.register_forward_hook(post))
         callers.update(h.id for h in pair)
         handles.append((qual, m, pair))
