@@ -253,17 +253,38 @@ def _export_non_strict() -> bool:
 
     import torch
     import torch.export
-    from torch import nn
 
     if "strict" not in inspect.signature(torch.export.export).parameters:
         return False
+    ran, program, hooked = _non_strict_export_of_a_hooked_layer()
+    # the hook ran in the export's trace (and once in the eager call), and the program computes the
+    # hooked output: the same operations, float32 rounding only (1e-6), the hook adds 1
+    return len(ran) >= 2 and torch.allclose(program.module()(torch.ones(1, 2)), hooked, atol=1e-6)
+
+
+def _non_strict_export_of_a_hooked_layer():
+    """A Linear whose forward hook adds 1 and notes each call, exported with ``strict=False``, then
+    called once eagerly: ``(the hook's calls, the program, the hooked output)``."""
+    import torch
+    import torch.export
+    from torch import nn
+
     layer, x, ran = nn.Linear(2, 2), torch.ones(1, 2), []
     with layer.register_forward_hook(lambda m, a, o: ran.append(1) or o + 1):   # runs in the trace
         program = torch.export.export(layer, (x,), strict=False)
         hooked = layer(x)
-    # the hook ran once in the export's trace (and once in the eager call), and the program computes
-    # the hooked output: the same operations, float32 rounding only (1e-6), the hook adds 1
-    return ran == [1, 1] and torch.allclose(program.module()(x), hooked, atol=1e-6)
+    return ran, program, hooked
+
+
+def _export_non_strict_traces_once() -> bool:
+    import inspect
+
+    import torch.export
+
+    if "strict" not in inspect.signature(torch.export.export).parameters:
+        return False
+    ran, _, _ = _non_strict_export_of_a_hooked_layer()
+    return len(ran) == 2   # once in the export's trace, once in the eager call
 
 
 def _mha_fastpath_switch() -> bool:
@@ -585,14 +606,17 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         after="in a model compiled with no hook on any of its modules, such a global hook fires only for the "
               "compiled wrapper (`OptimizedModule`), never for a module inside the compiled graph, with the hook "
               "guards on too (`skip_nnmodule_hook_guards=False`); a root of one's own class runs it too, and "
-              "where a layer had a hook as the model compiled it runs in every module, on every release "
-              "(tests/test_rules_11.py)",
+              "where a layer had a hook as the model compiled it runs in every module (since 2.5: "
+              "tests/test_rules_11.py)",
         since="2.7.0",
-        evidence="observed: the 2.6.0 wheel fires the late global hook for every module of the lesson's MLP "
+        evidence="observed: the 2.5.1 and 2.6.0 wheels fire the late global hook for every module of the lesson's MLP "
                  "(with the guards off and on), while a late hook on fc2 itself is skipped there "
                  "(compile-skips-late-hook); the 2.7.1 and 2.8.0 wheels (the probe alone), 2.9.1 (every "
                  "lesson: lessons 02 and 11 failed their asserts there while the registry said 2.11), 2.11.0 "
-                 "(Colab's), 2.12.1, 2.13.0 and 2.14.1 fire it for the wrapper only",
+                 "(Colab's), 2.12.1, 2.13.0 and 2.14.1 fire it for the wrapper only. Not a single change: "
+                 "the 2.2.2 wheel fires it, the 2.3.1 and 2.4.1 wheels (the probe alone) skip it as 2.7 does, "
+                 "and 2.5 brought it back; compat does not run 2.2 to 2.5, and lessons 02 and 11 would fail "
+                 "their asserts on 2.3 and 2.4",
         probe=_compile_skips_late_global_hook,
     ),
     Claim(
@@ -627,9 +651,25 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
         evidence="pytorch/pytorch#114697 ('Adding an option to torch.export called strict=True', merged November "
                  "2023, before the 2.2 branch cut) separates the strict and non-strict paths; the 2.1.2 wheel's "
                  "signature has no `strict`, the 2.6.0, 2.11.0, 2.12.1, 2.13.0, 2.14.1 and 2.15.0 wheels have it and "
-                 "run the lesson's export cells. Releases 2.2 to 2.5 were not run here: that non-strict export "
-                 "handles these cells there is bracketed between 2.1.2 (no) and 2.6.0 (yes), not tested",
+                 "run the lesson's export cells; the 2.2.2, 2.3.1, 2.4.1 and 2.5.1 wheels (the probe alone) have "
+                 "it and bake the hook into the program, but run the hook twice while exporting "
+                 "(export-non-strict-traces-once)",
         probe=_export_non_strict,
+    ),
+    Claim(
+        id="export-non-strict-traces-once",
+        kind="behaviour",
+        lessons=("11_compile_and_export",),
+        where="section 5 (`torch.export` and hooks: the hook calls during a non-strict export) and the verdict "
+              "of the claim 'torch.export throws away forward hooks' (a hook's side effects happen once, at export)",
+        before="a non-strict export runs the forward (and its hooks) twice while it traces: a hook's Python side "
+               "effects happen twice at export",
+        after="it runs the forward once: a hook's side effects happen once, at export",
+        since="2.6.0",
+        evidence="observed with the probe: the 2.2.2, 2.3.1, 2.4.1 and 2.5.1 wheels call the hook twice during "
+                 "`export(..., strict=False)` (the program still computes the hooked output), the 2.6.0, 2.7.1, "
+                 "2.8.0, 2.9.1, 2.10.0 and 2.13.0 wheels once; lesson 11 asserted once unconditionally",
+        probe=_export_non_strict_traces_once,
     ),
     Claim(
         id="compile-module-backward-hook-reason",
@@ -811,10 +851,9 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
               "call, hooks included (`wrap_inline` in torch/_dynamo/eval_frame.py), so the hook is part of "
               "the graph and does not run when it raises; a root of your own class still has its hooks "
               "called by Python around the compiled forward",
-        since="2.6.0",
-        evidence="observed: the 2.1.2 wheel runs the hook, the 2.6.0, 2.11.0 (Colab's), 2.12.1, 2.13.0, 2.14.1 "
-                 "and 2.15.0 wheels do not. Releases 2.2 to 2.5 were not run here, so the first release is "
-                 "bracketed between 2.1.2 and 2.6.0; 2.6.0 is the first one observed",
+        since="2.2.0",
+        evidence="observed: the 2.1.2 wheel runs the hook; the 2.2.2, 2.3.1, 2.4.1 and 2.5.1 wheels (the probe "
+                 "alone) and the 2.6.0, 2.11.0 (Colab's), 2.12.1, 2.13.0, 2.14.1 and 2.15.0 wheels do not",
         probe=_compile_traces_torch_nn_root_hooks,
     ),
     Claim(
