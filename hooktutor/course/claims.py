@@ -249,42 +249,39 @@ def _compiler_is_compiling() -> bool:
 
 
 def _export_non_strict() -> bool:
-    import inspect
-
     import torch
-    import torch.export
 
-    if "strict" not in inspect.signature(torch.export.export).parameters:
+    exported = _non_strict_export_of_a_hooked_layer()
+    if exported is None:
         return False
-    ran, program, hooked = _non_strict_export_of_a_hooked_layer()
+    ran, program, hooked = exported
     # the hook ran in the export's trace (and once in the eager call), and the program computes the
     # hooked output: the same operations, float32 rounding only (1e-6), the hook adds 1
     return len(ran) >= 2 and torch.allclose(program.module()(torch.ones(1, 2)), hooked, atol=1e-6)
 
 
+def _export_non_strict_traces_once() -> bool:
+    exported = _non_strict_export_of_a_hooked_layer()
+    return exported is not None and len(exported[0]) == 2   # once in the trace, once eagerly
+
+
 def _non_strict_export_of_a_hooked_layer():
     """A Linear whose forward hook adds 1 and notes each call, exported with ``strict=False``, then
-    called once eagerly: ``(the hook's calls, the program, the hooked output)``."""
+    called once eagerly: ``(the hook's calls, the program, the hooked output)``; None where
+    ``torch.export.export`` has no ``strict`` (before torch 2.2)."""
+    import inspect
+
     import torch
     import torch.export
     from torch import nn
 
+    if "strict" not in inspect.signature(torch.export.export).parameters:
+        return None
     layer, x, ran = nn.Linear(2, 2), torch.ones(1, 2), []
     with layer.register_forward_hook(lambda m, a, o: ran.append(1) or o + 1):   # runs in the trace
         program = torch.export.export(layer, (x,), strict=False)
         hooked = layer(x)
     return ran, program, hooked
-
-
-def _export_non_strict_traces_once() -> bool:
-    import inspect
-
-    import torch.export
-
-    if "strict" not in inspect.signature(torch.export.export).parameters:
-        return False
-    ran, _, _ = _non_strict_export_of_a_hooked_layer()
-    return len(ran) == 2   # once in the export's trace, once in the eager call
 
 
 def _mha_fastpath_switch() -> bool:

@@ -395,14 +395,14 @@ def _flag_hooks(flags: list[int]) -> tuple[Callable, Callable]:
 
 
 def _instrument(named: list[tuple[str, nn.Module]], callers: set[int]) -> tuple[list, dict[str, list[int]]]:
-    counts: dict[str, list[int]] = {}
+    flags: dict[str, list[int]] = {}   # module -> [pre fired, forward fired]
     handles = []
     for qual, m in named:
-        pre, post = _flag_hooks(counts.setdefault(qual, [0, 0]))
+        pre, post = _flag_hooks(flags.setdefault(qual, [0, 0]))
         pair = (m.register_forward_pre_hook(pre), m.register_forward_hook(post))
         callers.update(h.id for h in pair)
         handles.append((qual, m, pair))
-    return handles, counts
+    return handles, flags
 
 
 def run_once(fn: Callable, args: tuple, kwargs: dict, callers: set[int], deadline: Callable,
@@ -412,7 +412,7 @@ def run_once(fn: Callable, args: tuple, kwargs: dict, callers: set[int], deadlin
     roots = _roots((args, kwargs))
     named = _names(roots)
     optimizers = _optimizers((args, kwargs))
-    handles, counts = _instrument(named, callers)
+    handles, flags = _instrument(named, callers)
     out = Run()
     settings = global_settings()
     try:
@@ -433,7 +433,7 @@ def run_once(fn: Callable, args: tuple, kwargs: dict, callers: set[int], deadlin
         for qual, m, pair in handles:
             out.present[qual] = all(h.id in getattr(m, d) for h, d in zip(pair, ("_forward_pre_hooks",
                                                                                  "_forward_hooks")))
-            out.fired[qual] = tuple(counts[qual])
+            out.fired[qual] = tuple(flags[qual])
             for h in pair:
                 h.remove()
                 callers.discard(h.id)
