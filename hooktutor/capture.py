@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import sys
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -235,6 +236,12 @@ def _finish_grad(name: str, index: int, slot: Any) -> Any:
         raise RecordNotFound(
             f"no gradient for {name!r} call {index}: its output did not require grad "
             "(recorded under torch.no_grad(), or nothing before it needs a gradient)")
+    if isinstance(slot, _ViewGradSlot) and getattr(slot, "grad", _PENDING) is _PENDING and slot.edited():
+        raise RecordNotFound(
+            f"no gradient for {name!r} call {index}: its output is a view of another tensor (a Flatten's, "
+            "a reshape's) that an in-place operation changed after the layer ran (a later "
+            "ReLU(inplace=True)?), and torch drops a gradient hook on a view edited in place. Record "
+            "the layer that edits it instead, or make that layer not in-place")
     if isinstance(slot, _GradSlot):
         paths, value = {(): getattr(slot, "grad", _PENDING)}, None
     else:
@@ -416,6 +423,8 @@ def _output_hook(name: str, append_output, append_grad, add_handle, to):
                 _append_grad(None)
                 return
             slot = _GradSlot() if _to is None else _GradSlotTo(_to)
+            if output._is_view():   # an in-place edit of it later drops its hook: say so if it comes
+                slot = _ViewGradSlot(slot, output)
             _append_grad(slot)
             _add_handle(output.register_hook(slot.fill))
             return
@@ -492,6 +501,26 @@ class _GradSlotTo(_GradSlot):
     def fill(self, grad: torch.Tensor | None) -> None:
         self.grad = None if grad is None else grad.detach().clone().to(self.to)
     fill.__qualname__ = "capture.grads"
+
+
+class _ViewGradSlot(_GradSlot):
+    """The slot of a tensor output that is a view: the hook goes on the view (``fill`` is the
+    inner slot's), and the view's version at the layer's call tells later whether an in-place
+    operation changed it, which drops the hook (lesson 01)."""
+
+    __slots__ = ("inner", "view", "version")
+
+    def __init__(self, inner: _GradSlot, output: torch.Tensor):
+        self.inner, self.view, self.version = inner, weakref.ref(output), output._version
+
+    def fill(self, grad: torch.Tensor | None) -> None:
+        self.inner.fill(grad)
+        self.grad = self.inner.grad
+
+    def edited(self) -> bool:
+        """Changed in place since the call (or freed, which an edited view's graph no longer holds)."""
+        view = self.view()
+        return view is None or view._version != self.version
 
 
 def _copier(to):

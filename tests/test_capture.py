@@ -89,6 +89,25 @@ def test_grads_with_inplace_relu_are_pre_activation_gradients_without_error():
     assert rec.grads["1"].tolist() == [[1.0, 2.0, 3.0, 4.0]]   # d loss / d post-ReLU
 
 
+def test_no_gradient_of_a_view_edited_in_place_later_is_said_as_such():
+    """Lesson 00's "gradients when you ask", where they cannot be had: a Flatten returns a view of
+    the conv's output, a later ReLU(inplace=True) edits it, and torch drops the gradient hook on the
+    view (lesson 01). The record says that, not "backward has not reached this output"; the ReLU's
+    own record has the gradient, and a view nothing edits keeps its gradient."""
+    x = torch.randn(2, 1, 4, 4, generator=torch.Generator().manual_seed(0))
+    for inplace in (True, False):
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Flatten(), nn.ReLU(inplace=inplace), nn.Linear(32, 2))
+        with ht.capture(net, grads=True) as rec:
+            net(x).sum().backward()
+        assert rec.grads["2"].shape == (2, 32)
+        if inplace:
+            with pytest.raises(ht.RecordNotFound, match="a view of another tensor .* changed after the layer ran"):
+                rec.grads["1"]
+        else:
+            assert torch.equal(rec.grads["1"], (rec.grads["2"] * (rec.outputs["1"] > 0)))
+
+
 def test_module_called_several_times_keeps_every_call_in_order():
     shared = nn.Linear(3, 3)
     net = nn.Sequential(shared, nn.Tanh(), shared)

@@ -3,6 +3,8 @@ type guards, hidden cases for grading, and the instructor's switch that hides so
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from torch import nn
@@ -171,6 +173,57 @@ def test_the_time_limit_counts_cpu_time_and_a_wall_clock_backstop_stops_a_hang()
         with core._Deadline(0.1, wall=5.0):
             while True:
                 pass
+
+
+def test_a_time_limit_swallowed_where_it_landed_still_stops_the_code():
+    """The limit's exception can land in a weakref callback during garbage collection, where Python
+    prints it and goes on: the limit raises again; a learner's `except Exception` does not catch it;
+    a block that swallows every raise (a bare `except:`) and completes raises at its end. Nothing is
+    printed as ignored."""
+    import gc
+    import sys
+    import weakref
+
+    class Node:
+        pass
+
+    seen: list = []
+    old_hook = sys.unraisablehook
+    sys.unraisablehook = seen.append
+    try:
+        def slow_callback(ref):   # where the CPU limit lands: inside garbage collection
+            end = time.process_time() + 0.3
+            while time.process_time() < end:
+                pass
+
+        with pytest.raises(core.TimeLimitExceeded, match="cpu"):
+            with core._Deadline(0.1, wall=20.0):
+                node = Node()
+                node.self, keep = node, weakref.ref(node, slow_callback)
+                del node
+                gc.collect()      # the first raise is swallowed by the callback
+                while True:       # and the loop after it is stopped all the same
+                    pass
+        assert keep() is None
+        with pytest.raises(core.TimeLimitExceeded, match="cpu"):
+            with core._Deadline(0.1, wall=20.0):
+                while True:
+                    try:
+                        sum(range(1000))
+                    except Exception:   # a learner's catch-all does not catch it (a BaseException)
+                        pass
+        with pytest.raises(core.TimeLimitExceeded, match="cpu"):
+            with core._Deadline(0.1, wall=20.0):
+                end = time.process_time() + 1.5
+                while time.process_time() < end:   # every raise swallowed by a bare except:
+                    try:
+                        sum(range(1000))
+                    except:  # noqa: E722
+                        pass
+                # the block ends: over time all the same
+    finally:
+        sys.unraisablehook = old_hook
+    assert not any(isinstance(u.exc_value, core.TimeLimitExceeded) for u in seen)
 
 
 def test_a_slow_first_call_is_run_again_after_a_warm_up_not_called_endless(ex):

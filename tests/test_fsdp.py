@@ -78,13 +78,23 @@ def rules_worker(rank: int, world_size: int) -> dict:
                 + _views(nested, "root", saw, param="2.weight"))
     handles.append(block[0].weight.register_hook(lambda g: _keep(saw, "sharded weight's hook", "ran")))
 
+    # 3. modules passed to fully_shard as one list: one unit, freed only after its last module ran
+    grouped = MLP(seed=0)
+    fully_shard([grouped.fc1, grouped.fc2])
+    fully_shard(grouped)
+    handles += _views(grouped.fc1, "grouped fc1", saw) + _views(grouped.fc2, "grouped fc2", saw)
+    # 4. the gathered weight a pre-hook sees: the same Parameter object on every step (a tensor hook
+    # put on it in every call would pile up: lesson 13's `if not hooked`)
+    used = saw.setdefault("fc1's gathered weight, by step", [])
+    handles.append(mlp.fc1.register_forward_pre_hook(lambda m, a: used.append(id(m.weight))))
+
     def hook_gathered(module, args):
         if "gathered" not in saw:
             saw["gathered"] = module.weight.register_hook(lambda g: _keep(saw, "gathered grad", g.clone()))
     handles.append(block[0].register_forward_pre_hook(hook_gathered))
     x, y = distributed.local_batch(rank)
     try:
-        for model in (mlp, early, nested):
+        for model in (mlp, mlp, early, nested, grouped):
             nn.functional.cross_entropy(model(x), y).backward()
     finally:
         for handle in handles + [saw.pop("gathered")]:
@@ -180,6 +190,12 @@ def test_the_rule_on_other_set_ups(rules):
         assert saw["fc2 kept: pre, prepend"].startswith("DTensor")
         # the outermost unit is not freed after its forward (reshard_after_forward's default for the root)
         assert saw["root: forward"] == "Parameter (3, 16)"
+        # a list given to fully_shard is one unit: lesson 13 scopes its per-module rules to a module
+        # passed alone; here a forward hook after fully_shard on the first module sees the full weight
+        assert saw["grouped fc1: forward"] == "Parameter (16, 8)", saw["grouped fc1: forward"]
+        assert saw["grouped fc2: pre, prepend"] == "Parameter (16, 16)", saw["grouped fc2: pre, prepend"]
+        steps = saw["fc1's gathered weight, by step"]
+        assert len(steps) == 2 and steps[0] == steps[1], steps   # one Parameter, gathered into again
         # layers inside a unit (a Linear, a LayerNorm, a Linear of a unit inside a unit): full, every hook
         for layer in ("block Linear", "block LayerNorm", "inner Linear"):
             for kind in ("pre", "pre, prepend", "forward", "forward, prepend"):

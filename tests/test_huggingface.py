@@ -397,7 +397,8 @@ def test_hidden_states_start_with_the_first_layers_input_and_end_with_last_hidde
 @pytest.mark.parametrize("arch", sorted(_LAYERS))
 def test_a_late_steering_hook_is_missing_from_its_own_layers_entry_only(configs, arch):
     """On a model asked for hidden states before (transformers' hooks first), a steering hook on
-    layer 0 leaves hidden_states[1] unsteered, and every later entry, the last included, steered."""
+    layer 0 leaves hidden_states[1] unsteered, and every later entry, the last included, steered;
+    registered with prepend=True, it runs before them and its entry is steered too."""
     model, kw = build(configs, arch), inputs(configs, arch)
     plain = model(**kw, output_hidden_states=True).hidden_states
     with ht.get_layer(model, _LAYERS[arch])[0].register_forward_hook(_steer):
@@ -405,6 +406,11 @@ def test_a_late_steering_hook_is_missing_from_its_own_layers_entry_only(configs,
     assert torch.equal(steered[0], plain[0])
     assert torch.equal(steered[1], plain[1]) == CAPTURING   # from 4.54 to 5.1 too, but the flag is 5.2's
     assert all(not torch.equal(s, p) for s, p in zip(steered[2:], plain[2:]))
+    if CAPTURING:   # registered after them but put first (prepend=True, lesson 02): its entry is steered
+        with ht.get_layer(model, _LAYERS[arch])[0].register_forward_hook(_steer, prepend=True):
+            first = model(**kw, output_hidden_states=True).hidden_states
+        assert not torch.equal(first[1], plain[1])
+        assert all(torch.equal(f, s) for f, s in zip(first[2:], steered[2:]))   # the same steered run after it
 
 
 def test_an_architecture_without_capture_outputs_leaves_no_hook_and_shows_a_late_steering_hook(configs):
@@ -464,19 +470,37 @@ def test_generate_without_min_new_tokens_stops_at_eos_with_fewer_calls(configs):
     assert stopped.shape == (1, 7) and calls == [5, 1]
 
 
+def test_prompt_lookup_decoding_hands_a_block_several_tokens_per_call(configs):
+    """Lesson 12's "one new token per call" is scoped to plain decoding: prompt-lookup decoding,
+    greedy and cached too, proposes tokens copied from the prompt and checks them in one call, so a
+    block sees more than one token in some call after the first (a hook reading output[:, -1]
+    there misses positions)."""
+    model = build(configs, "llama")
+    repeating = torch.tensor([[5, 17, 42, 5, 17, 42, 5, 17]])   # something for the lookup to find
+    lengths = []
+    with model.model.layers[0].register_forward_hook(lambda m, args, out: lengths.append(ht_first(out).shape[1])):
+        model.generate(repeating, max_new_tokens=6, min_new_tokens=6, do_sample=False, prompt_lookup_num_tokens=3)
+    assert lengths[0] > repeating.shape[1] or any(n > 1 for n in lengths[1:]), lengths
+
+
 def test_generate_on_t5_runs_the_encoder_once_and_the_decoder_one_token_per_call(configs):
     """Lesson 12, section 5, on an encoder-decoder: the encoder's blocks run once, on the prompt; the
     decoder's blocks never see the prompt: every one of their new_tokens calls has one token (the first,
     the decoder's start token)."""
     model, lengths = build(configs, "t5"), {"encoder.block.0": [], "decoder.block.0": []}
+    kinds, keywords = [], set()
     handles = [model.get_submodule(name).register_forward_hook(
         lambda m, args, out, name=name: lengths[name].append(ht_first(out).shape[1])) for name in lengths]
+    handles.append(model.get_submodule("decoder.block.0").register_forward_hook(
+        lambda m, args, kwargs, out: kinds.append(type(out)) or keywords.update(kwargs), with_kwargs=True))
     try:
         model.generate(IDS, max_new_tokens=4, min_new_tokens=4, do_sample=False)
     finally:
         for handle in handles:
             handle.remove()
     assert lengths == {"encoder.block.0": [IDS.shape[1]], "decoder.block.0": [1, 1, 1, 1]}
+    # the recap: a T5 block returns a tuple (read output[0][:, -1]) and is given no position_ids
+    assert set(kinds) == {tuple} and "position_ids" not in keywords, (kinds, keywords)
 
 
 def ht_first(output):
@@ -518,7 +542,8 @@ _ATTENTION = {"llama": "model.layers.0.self_attn", "gpt2": "transformer.h.0.attn
 @pytest.mark.parametrize("arch", sorted(_ATTENTION))
 def test_an_attention_modules_hook_gets_weights_under_eager_attention_only(configs, arch):
     """Lesson 12's verdict on 'hook the attention module to get the attention weights': under the
-    default sdpa the weights are None, under eager attention a (batch, heads, query, key) tensor."""
+    default sdpa the weights are None, under eager attention a (batch, heads, query, key) tensor, the
+    last entry of what the module returns (T5's has a position bias before it)."""
     import copy
 
     cls, config, *_ = configs[arch]
@@ -531,6 +556,11 @@ def test_an_attention_modules_hook_gets_weights_under_eager_attention_only(confi
         model(**kw)
     sdpa, eager = seen
     assert sdpa[-1] is None and eager[-1].shape == (2, 2, 5, 5)
+    # the weights are the last entry: T5's attention returns (output, position_bias, weights), and
+    # its output[1], a (1, heads, query, key) bias, is there under sdpa too
+    assert len(sdpa) == len(eager) == (3 if arch == "t5" else 2)
+    if arch == "t5":
+        assert sdpa[1] is not None and sdpa[1].shape == (1, 2, 5, 5)
 
 
 @pytest.mark.parametrize("arch", ["llama", "gpt2", "t5"])

@@ -112,3 +112,16 @@ def test_a_replacement_torch_refuses_leaves_the_old_hook_in_place():
     finally:
         hooks.clear()
 
+
+
+def test_a_claim_with_an_earlier_window_is_expected_there_and_said_so():
+    """compile-skips-late-global-hook shows in torch 2.3 and 2.4, not in 2.5 and 2.6, and again
+    from 2.7: `also` holds the window, expected() honours it and check()'s words name it."""
+    from hooktutor.course import claims as registry
+
+    want = {"2.2.2": False, "2.3.1": True, "2.4.1": True, "2.5.1": False, "2.6.0": False, "2.7.1": True,
+            "2.13.0": True}
+    got = {v: registry.expected("compile-skips-late-global-hook", v) for v in want}
+    assert got == want
+    assert registry.releases_with_it("compile-skips-late-global-hook") == "torch 2.3 to 2.4 and 2.7 and newer"
+    assert registry.releases_with_it("compile-skips-late-hook") == "torch 2.5 and newer"

@@ -276,3 +276,125 @@ def test_a_checkpointed_module_fires_its_forward_hooks_again_in_backward(reentra
                                "fwd block"]
     else:   # the early stop: block.1's pre-hook fires, its forward hook and block's do not
         assert in_backward[-1] == "pre block.1" and "fwd block" not in in_backward
+
+
+@pytest.mark.parametrize("kind", ["register_module_full_backward_hook", "register_module_full_backward_pre_hook"])
+def test_a_global_full_backward_hook_wraps_the_output_a_forward_hook_saw_too(kind):
+    """02 cell 8 (the fresh review's F1): a global full backward (pre-)hook, on no module in
+    particular, wraps every module's output that requires grad, as one on the module does."""
+    import torch.nn.modules.module as module_hooks
+
+    with seeded(0):
+        layer = nn.Linear(3, 2)
+    seen = {}
+    with layer.register_forward_hook(lambda m, a, out: seen.update(out=out)), \
+            getattr(module_hooks, kind)(lambda *args: None):
+        result = layer(torch.ones(1, 3))
+    assert seen["out"] is not result and torch.equal(seen["out"], result)
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_a_checkpointed_module_that_saves_nothing_runs_again_only_under_the_reentrant_checkpoint(reentrant):
+    """02 cell 21 and the recap (the fresh review's F3): the non-reentrant checkpoint reruns a module
+    when backward needs a tensor it saved; `x * 2 + 1` saves none, so its hooks fire once; the
+    reentrant one always reruns the block."""
+
+    class Affine(nn.Module):
+        def forward(self, x):
+            return x * 2 + 1
+
+    block, log = Affine(), []
+    with block.register_forward_pre_hook(lambda m, a: log.append("pre")), \
+            block.register_forward_hook(lambda m, a, o: log.append("fwd")):
+        out = checkpoint(block, torch.ones(2, 3, requires_grad=True), use_reentrant=reentrant)
+        out.pow(2).sum().backward()
+    assert log == (["pre", "fwd"] * 2 if reentrant else ["pre", "fwd"])
+
+
+def test_an_entry_rebound_in_a_container_output_takes_effect_without_a_return():
+    """03 cell 69's verdict and the recap (the fresh review's F4): for a tensor output, rebinding a
+    name does nothing; an output that is a dict or a list is changed by rebinding one of its
+    entries, with None returned, as an in-place edit is; a ModelOutput too (lesson 12's outputs)."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    class Returns(nn.Module):
+        def __init__(self, kind):
+            super().__init__()
+            self.kind = kind
+
+        def forward(self, x):
+            y = x * 2
+            return {"y": y} if self.kind == "dict" else [y] if self.kind == "list" else BaseModelOutput(
+                last_hidden_state=y)
+
+    def zero_entry(module, args, output):
+        if isinstance(output, list):
+            output[0] = output[0] * 0
+        elif isinstance(output, BaseModelOutput):
+            output.last_hidden_state = output.last_hidden_state * 0
+        else:
+            output["y"] = output["y"] * 0   # returns None
+
+    for kind in ("dict", "list", "ModelOutput"):
+        module = Returns(kind)
+        with module.register_forward_hook(zero_entry):
+            out = module(torch.ones(2))
+        value = out[0] if kind != "dict" else out["y"]
+        assert torch.equal(value, torch.zeros(2)), kind
+
+    def rebind_name(module, args, output):
+        output = output * 0   # noqa: F841 - the mistake: a new tensor bound to the name, not returned
+
+    layer = nn.Linear(2, 2)
+    base = layer(torch.ones(2)).detach()
+    with layer.register_forward_hook(rebind_name):
+        assert torch.equal(layer(torch.ones(2)), base)   # nothing changes
+
+
+def test_a_hook_added_during_a_modules_first_call_fires_in_its_second_call_of_the_same_forward():
+    """02's recap (the fresh review's F2): a forward hook that adds another forward hook to its own
+    module does not fire in that call, but does in the module's next call, in the same forward
+    when the forward calls the module twice."""
+    with seeded(0):
+        shared = nn.Linear(3, 3)
+    model, log, added = nn.Sequential(shared, nn.Tanh(), shared), [], []
+
+    def add_one(module, args, output):
+        log.append("orig")
+        if not added:
+            added.append(module.register_forward_hook(lambda m, a, o: log.append("added")))
+
+    try:
+        with shared.register_forward_hook(add_one):
+            model(torch.ones(1, 3))
+    finally:
+        for handle in added:
+            handle.remove()
+    assert log == ["orig", "orig", "added"]
+
+
+def test_the_unused_state_of_an_lstm_gets_no_hook_call_not_a_none():
+    """01 cell 7 (the fresh review's F5): "one output of an operation" is one autograd node; an
+    LSTM's c comes from another node than out, so with a loss on out a hook on c is never called."""
+    with seeded(0):
+        lstm = nn.LSTM(3, 4, batch_first=True)
+    out, (h, c) = lstm(torch.ones(1, 2, 3))
+    got = []
+    c.register_hook(lambda grad: got.append(grad))
+    out.sum().backward()
+    assert got == [] and out.grad_fn is not c.grad_fn
+
+
+@pytest.mark.parametrize("view", [True, False])
+def test_a_hook_on_a_view_is_dropped_by_an_in_place_operation_on_the_view(view):
+    """01 cell 14 (the fresh review's F6): on a tensor that is not a view, a hook registered before
+    an in-place operation still runs (first the later hooks); on a view it never runs."""
+    x = torch.ones(2, requires_grad=True)
+    base = x * 1
+    v = base[:] if view else base
+    got = []
+    v.register_hook(lambda grad: got.append(grad.clone()))
+    v.mul_(2)
+    v.sum().backward()
+    assert (got == []) == view
+    assert x.grad.tolist() == [2.0, 2.0]

@@ -455,3 +455,85 @@ def test_07_the_capstone_run_has_no_loss_spike_with_a_smaller_learning_rate():
                     v.mul_(0.9).add_(p.grad)
                     p.sub_(0.01 * v)
     assert len(losses) == 190 and max(losses[19:]) < 1.5
+
+
+# -- the fresh review of 2026-12 ---------------------------------------------------------------
+
+
+def test_under_the_non_reentrant_checkpoint_a_late_full_hook_does_not_fire_but_the_rerun_wraps():
+    """04 cell 65 and 05 cell 45 (the fresh review's F1): with use_reentrant=False a full backward
+    hook added after the forward does not fire, but backward runs the block again with it
+    attached, and next to ReLU(inplace=True) that rerun raises the in-place error in the backward."""
+    torch.manual_seed(0)
+    block = nn.Sequential(nn.Linear(3, 3), nn.ReLU(inplace=True))
+    x = torch.randn(2, 3, requires_grad=True)
+    fired = []
+    out = checkpoint(block, x, use_reentrant=False)
+    with block[0].register_full_backward_hook(lambda m, gi, go: fired.append(1)):
+        with pytest.raises(RuntimeError, match="BackwardHookFunction"):
+            out.sum().backward()
+    plain = nn.Sequential(nn.Linear(3, 3), nn.ReLU())   # no in-place layer: runs, and the hook stays silent
+    out = checkpoint(plain, x, use_reentrant=False)
+    with plain[0].register_full_backward_hook(lambda m, gi, go: fired.append(1)):
+        out.sum().backward()
+    assert fired == []
+
+
+def test_a_full_hook_next_to_an_inplace_relu_fails_in_the_forward_only_when_its_output_requires_grad():
+    """04 cell 60 (the fresh review's F2): what counts is the hooked layer's output; an input that
+    requires grad with an output that does not (a forward that detaches) wraps nothing to refuse."""
+
+    class Detaching(nn.Module):
+        def forward(self, x):
+            return x.detach() * 2
+
+    x = torch.ones(2, 3, requires_grad=True)
+    detaching, relu = Detaching(), nn.ReLU(inplace=True)
+    with detaching.register_full_backward_hook(lambda m, gi, go: None):
+        out = relu(detaching(x))   # no error
+    assert not out.requires_grad
+    linear = nn.Linear(3, 3)
+    with linear.register_full_backward_hook(lambda m, gi, go: None):
+        with pytest.raises(RuntimeError, match="BackwardHookFunction"):
+            relu(linear(x))
+
+
+@pytest.mark.filterwarnings("ignore:For backward hooks to be called")
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_a_module_returning_a_list_or_a_dict_never_fires_its_full_backward_hooks(kind):
+    """04's recap (the fresh review's F3): full backward hooks and pre-hooks fire for a tensor or a
+    tuple output; for a list or a dict (a Hugging Face ModelOutput is one) neither fires, and torch
+    warns in the forward."""
+
+    class Returns(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return [y] if kind == "list" else {"y": y}
+
+    module, fired = Returns(), []
+    with module.register_full_backward_hook(lambda m, gi, go: fired.append("full")), \
+            module.register_full_backward_pre_hook(lambda m, go: fired.append("pre")):
+        with pytest.warns(UserWarning, match="For backward hooks to be called"):
+            out = module(torch.ones(1, 3, requires_grad=True))
+        (out[0] if kind == "list" else out["y"]).sum().backward()
+    assert fired == []
+
+
+def test_after_a_write_under_no_grad_differentiable_uses_raise_and_comparisons_do_not():
+    """05 cell 45 (the fresh review's F4): the wrapped tensor written under no_grad fails at its
+    next differentiable use (or a view, or reading grad_fn); a comparison, argmax or torch.equal
+    records nothing and goes through."""
+    linear = nn.Linear(3, 3)
+    x = torch.ones(2, 3, requires_grad=True)
+    with linear.register_full_backward_hook(lambda m, gi, go: None):
+        out = linear(x)
+    with torch.no_grad():
+        out.mul_(2)
+    assert (out > 0).dtype == torch.bool and out.argmax().numel() == 1 and torch.equal(out, out)
+    for use in (lambda t: t * 2, lambda t: t.view(-1), lambda t: t.grad_fn):
+        with pytest.raises(RuntimeError):
+            use(out)

@@ -400,3 +400,88 @@ def test_10_a_torch_function_mode_intercepts_a_function_that_has_no_module_hook(
     with ZeroTanh():
         silenced = block(inp)
     assert torch.equal(silenced, torch.zeros(3, 4)) and block(inp).abs().sum() > 0
+
+
+# -- the fresh review of 2026-12 ---------------------------------------------------------------
+
+
+def test_a_pruned_layer_copies_as_it_comes_only_where_its_weight_was_computed_without_a_graph():
+    """08 cell 20 and the recap (the fresh review's F1): prune computes `weight` from weight_orig
+    with autograd recording when the weight requires grad and grad mode is on; a frozen layer, or
+    one pruned under torch.no_grad(), holds a leaf and copies as it comes."""
+    def pruned(frozen=False, no_grad=False):
+        with seeded(0):
+            layer = nn.Linear(4, 4)
+        layer.requires_grad_(not frozen)
+        with torch.no_grad() if no_grad else torch.enable_grad():
+            prune.l1_unstructured(layer, "weight", amount=0.5)
+        return layer
+
+    with pytest.raises(RuntimeError):
+        copy.deepcopy(pruned())
+    for kw in ({"frozen": True}, {"no_grad": True}):
+        copy.deepcopy(pruned(**kw))   # no error
+    frozen, later = pruned(frozen=True), pruned(no_grad=True)
+    frozen(torch.ones(1, 4))
+    later(torch.ones(1, 4))   # a training forward: the pre-hook computes weight with a graph now
+    copy.deepcopy(frozen)
+    with pytest.raises(RuntimeError):
+        copy.deepcopy(later)
+
+
+def test_hooks_removed_after_a_steps_backward_break_the_very_next_step_of_a_pruned_layer():
+    """08 cell 8 (the fresh review's F4): with prune's pre-hook gone, `weight` stays the tensor the
+    last call computed; removed after a step's backward (its graph freed), the next step fails."""
+    import hooktutor as ht
+
+    with seeded(0):
+        layer = nn.Linear(4, 2)
+    prune.l1_unstructured(layer, "weight", amount=0.5)
+    x = torch.ones(3, 4)
+    layer(x).sum().backward()   # a whole step: forward and backward
+    ht.remove_hooks(layer, include_pytorch=True)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        layer(x).sum().backward()
+
+
+def _net(seed=0):
+    with seeded(seed):
+        return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+
+
+def test_a_bfloat16_pack_leaves_the_loss_alone_unless_the_loss_takes_a_gradient_itself():
+    """09 cell 93 and the recap (the fresh review's F2): what pack returns reaches only backward, so
+    a plain loss is bit for bit the same; a gradient penalty (autograd.grad with create_graph=True
+    inside the loss) unpacks during the forward, and its loss moves."""
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+
+    def losses(penalty):
+        net = _net()
+        out = net(x)
+        if not penalty:
+            return out.pow(2).mean()
+        (g,) = torch.autograd.grad(out.sum(), x, create_graph=True)
+        return out.pow(2).mean() + g.pow(2).sum()
+
+    pair = (lambda t: t.to(torch.bfloat16) if t.is_floating_point() else t, lambda t: t.float())
+    for penalty in (False, True):
+        plain = losses(penalty)
+        with torch.autograd.graph.saved_tensors_hooks(*pair):
+            packed = losses(penalty)
+        assert torch.equal(plain, packed) != penalty, penalty
+
+
+@pytest.mark.parametrize("saves", [True, False])
+def test_the_non_reentrant_checkpoint_reruns_a_block_only_for_a_tensor_it_saved(saves):
+    """09 cell 91 (the fresh review's F3): a block that saves a tensor (a Tanh) runs again in
+    backward, its pre-hook firing; one that saves none (x * 2) is not run again at all."""
+
+    class Scale(nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    block, log = nn.Sequential(nn.Tanh() if saves else Scale(), Scale()), []
+    with block.register_forward_pre_hook(lambda m, a: log.append("pre")):
+        out = ckpt.checkpoint(block, torch.ones(2, 3, requires_grad=True), use_reentrant=False)
+        out.pow(2).sum().backward()
+    assert log == (["pre", "pre"] if saves else ["pre"])

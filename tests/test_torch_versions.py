@@ -76,7 +76,10 @@ def test_the_report_exists_says_it_is_generated_and_names_every_claim_and_releas
     for release in course.COMPAT_TRANSFORMERS:
         assert re.search(rf"transformers {re.escape(release)} \(torch ", text), f"transformers {release}: {DOC.name}"
     for claim in claims.CLAIMS.values():
-        heading = f"### `{claim.id}` (since {claim.library} {claim.since})"
+        heading = f"### `{claim.id}` (since {claim.library} {claim.since}"
+        if claim.also:   # a behaviour that came, went and came back: its earlier windows
+            heading += "; also " + ", ".join(f"{lo} to before {hi}" for lo, hi in claim.also)
+        heading += ")"
         assert heading in text, f"{claim.id}: run python3 course.py compat"
     lessons = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
     assert re.findall(r"^\| `(\d\d_\w+)` \|", text, flags=re.M) == lessons

@@ -39,6 +39,9 @@ class Claim:
     evidence: str      # how `since` was established
     probe: Callable[[], bool]  # True when the installed library does `after`
     library: str = "torch"     # whose release `since` is: "torch" or "transformers"
+    # Earlier releases that show `after` too, where a behaviour came, went and came back: half-open
+    # ranges (first, first_without) of `library` releases, e.g. (("2.3.0", "2.5.0"),) for 2.3 and 2.4.
+    also: tuple[tuple[str, str], ...] = ()
 
 
 def version_tuple(version: str) -> tuple[int, int, int]:
@@ -599,7 +602,7 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
               "skip_nnmodule_hook_guards = False and hooks added after compiling run'",
         before="a global module forward hook registered after the first compiled call fires for the compiled "
                "model's modules (and for the compiled wrapper), with Dynamo's default settings and with its "
-               "hook guards on",
+               "hook guards on (2.2, 2.5 and 2.6; 2.3 and 2.4 skip it as 2.7 does)",
         after="in a model compiled with no hook on any of its modules, such a global hook fires only for the "
               "compiled wrapper (`OptimizedModule`), never for a module inside the compiled graph, with the hook "
               "guards on too (`skip_nnmodule_hook_guards=False`); a root of one's own class runs it too, and "
@@ -611,10 +614,11 @@ CLAIMS: dict[str, Claim] = {c.id: c for c in [
                  "(compile-skips-late-hook); the 2.7.1 and 2.8.0 wheels (the probe alone), 2.9.1 (every "
                  "lesson: lessons 02 and 11 failed their asserts there while the registry said 2.11), 2.11.0 "
                  "(Colab's), 2.12.1, 2.13.0 and 2.14.1 fire it for the wrapper only. Not a single change: "
-                 "the 2.2.2 wheel fires it, the 2.3.1 and 2.4.1 wheels (the probe alone) skip it as 2.7 does, "
-                 "and 2.5 brought it back; compat does not run 2.2 to 2.5, and lessons 02 and 11 would fail "
-                 "their asserts on 2.3 and 2.4",
+                 "the 2.2.2 wheel fires it, the 2.3.1 and 2.4.1 wheels skip it as 2.7 does, and 2.5 brought "
+                 "it back, so the registry holds 2.3 and 2.4 as a window (`also`), and the lessons' asserts expect it "
+                 "there; compat runs no release of 2.2 to 2.5 (the 2.3.1 and 2.4.1 wheels ran the probe alone)",
         probe=_compile_skips_late_global_hook,
+        also=(("2.3.0", "2.5.0"),),
     ),
     Claim(
         id="compiler-is-compiling",
@@ -1015,7 +1019,25 @@ def expected(claim_id: str, version: str | None = None) -> bool:
     """True when release ``version`` of the claim's library (default: the installed one; torch, or
     transformers for a claim about it) should show the claim's new behaviour."""
     c = claim(claim_id)
-    return version_tuple(version or installed(c.library)) >= version_tuple(c.since)
+    v = version_tuple(version or installed(c.library))
+    return v >= version_tuple(c.since) or any(version_tuple(lo) <= v < version_tuple(hi) for lo, hi in c.also)
+
+
+def releases_with_it(claim_id: str) -> str:
+    """In words, the releases that show the claim's new behaviour: "torch 2.7 and newer", or, for a
+    claim with earlier windows, "torch 2.3 to 2.4 and 2.7 and newer"."""
+    c = claim(claim_id)
+
+    def minor(v: str) -> str:
+        return ".".join(v.split(".")[:2])
+
+    def last_before(v: str) -> str:
+        major, mnr, _ = version_tuple(v)
+        return f"{major}.{mnr - 1}"
+
+    parts = [minor(lo) if minor(lo) == last_before(hi) else f"{minor(lo)} to {last_before(hi)}"
+             for lo, hi in c.also]
+    return f"{c.library} {' and '.join([*parts, f'{minor(c.since)} and newer'])}"
 
 
 def observed(claim_id: str) -> bool:
@@ -1028,7 +1050,7 @@ def check(claim_id: str) -> bool:
     seen, want, c = observed(claim_id), expected(claim_id), claim(claim_id)
     assert seen == want, (
         f"{c.library} {installed(c.library)}: {claim_id} shows the {'new' if seen else 'old'} behaviour, but the "
-        f"registry says it starts in {c.library} {c.since}; fix hooktutor/course/claims.py")
+        f"registry says it shows in {releases_with_it(claim_id)}; fix hooktutor/course/claims.py")
     return seen
 
 

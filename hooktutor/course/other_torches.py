@@ -459,7 +459,8 @@ def report(out: Path, result_files: list[Path], pinned: str = "", carry: tuple[s
                 seen.append(f"{name}: {what}{'' if row['agrees'] else ' (CONTRADICTS the registry)'}")
         lines += [
             "",
-            f"### `{c.id}` (since {c.library} {c.since})",
+            f"### `{c.id}` (since {c.library} {c.since}"
+            + (f"; also {', '.join(f'{lo} to before {hi}' for lo, hi in c.also)}" if c.also else "") + ")",
             "",
             f"- **Lessons**: {', '.join(f'`{x}`' for x in c.lessons)}; {c.where}.",
             f"- **Before {c.library} {c.since}**: {c.before}.",

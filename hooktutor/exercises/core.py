@@ -78,8 +78,10 @@ class Mismatch(Exception):
         self.what, self.expected, self.got, self.nudge = what, expected, got, nudge
 
 
-class TimeLimitExceeded(Exception):
-    """The learner's code ran longer than the exercise's time limit."""
+class TimeLimitExceeded(BaseException):
+    """The learner's code ran longer than the exercise's time limit. A ``BaseException``, as
+    ``KeyboardInterrupt`` is, so that an answer's own ``except Exception:`` (or a case's, around
+    the answer's call) does not swallow it and go on."""
 
 
 def _fmt(value: Any) -> str:
@@ -195,10 +197,10 @@ class Tester:
         tensor) gets a message that says so instead of a crash inside the check."""
         if isinstance(got, types):
             return
-        names = " or ".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
-        said = "None (nothing was returned)" if got is None else f"a {type(got).__name__}"
+        names = " or ".join(variants.article(t.__name__) for t in (types if isinstance(types, tuple) else (types,)))
+        said = "None (nothing was returned)" if got is None else variants.article(type(got).__name__)
         nudge = nudge[:1].upper() + nudge[1:]
-        raise Mismatch(what, f"a {names}", got, f"{what} is {said}, but should be a {names}. {nudge}".strip())
+        raise Mismatch(what, names, got, f"{what} is {said}, but should be {names}. {nudge}".strip())
 
     def expect_close(self, got: Any, expected: torch.Tensor, *, what: str, nudge: str,
                      atol: float = 1e-5, rtol: float = 1e-4, wrong: dict[str, tuple[Any, str]] | None = None
@@ -367,20 +369,37 @@ class _Deadline:
     busy machine slows the wall clock, not the CPU time the answer uses), with a wall-clock
     backstop (``ITIMER_REAL``, ``wall`` seconds) that only a hang trips: code that waits without
     computing. Where signals cannot be used (not the main thread), a trace that reads the
-    process's CPU time."""
+    process's CPU time.
+
+    A limit is never lost: the signal's exception can land where Python swallows it (a weakref
+    callback or ``__del__`` during garbage collection, or the learner's own bare ``except:``),
+    so once expired the limit raises again every ``REPEAT`` seconds until the block is left (the
+    check's own clean-up after the exception takes milliseconds), and a block that completes
+    after swallowing it raises at its end. Swallowed copies are not printed as 'Exception ignored'.
+    """
+
+    REPEAT = 0.5
 
     def __init__(self, seconds: float, wall: float | None = None):
         self.seconds = seconds
         self.wall = wall if wall is not None else wall_backstop(seconds)
         self._use_signal = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+        self.expired: str | None = None
 
     def _raise(self, signum: int, *_: Any) -> None:
-        raise TimeLimitExceeded("wall" if signum == signal.SIGALRM else "cpu")
+        self.expired = self.expired or ("wall" if signum == signal.SIGALRM else "cpu")
+        signal.setitimer(signal.ITIMER_REAL, self.REPEAT)   # again, should this one be swallowed
+        raise TimeLimitExceeded(self.expired)
+
+    def _unraisable(self, info: Any) -> None:
+        if not isinstance(info.exc_value, TimeLimitExceeded):
+            self._old_unraisable(info)
 
     def __enter__(self) -> "_Deadline":
         if self._use_signal:
             self._old = signal.signal(signal.SIGALRM, self._raise)
             self._old_prof = signal.signal(signal.SIGPROF, self._raise)
+            self._old_unraisable, sys.unraisablehook = sys.unraisablehook, self._unraisable
             signal.setitimer(signal.ITIMER_PROF, self.seconds)
             signal.setitimer(signal.ITIMER_REAL, self.wall)
         else:
@@ -389,21 +408,26 @@ class _Deadline:
 
             def tracer(frame: Any, event: str, arg: Any) -> Any:
                 if time.process_time() > end:
-                    raise TimeLimitExceeded("cpu")
+                    self.expired = self.expired or "cpu"
                 if time.monotonic() > wall_end:
-                    raise TimeLimitExceeded("wall")
+                    self.expired = self.expired or "wall"
+                if self.expired:
+                    raise TimeLimitExceeded(self.expired)
                 return tracer
             sys.settrace(tracer)
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self._use_signal:
             signal.setitimer(signal.ITIMER_PROF, 0)
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old)
             signal.signal(signal.SIGPROF, self._old_prof)
+            sys.unraisablehook = self._old_unraisable
         else:
             sys.settrace(self._old_trace)
+        if self.expired and exc_type is None:   # the code caught the limit and went on to the end
+            raise TimeLimitExceeded(self.expired)
 
 
 def wall_backstop(seconds: float) -> float:
@@ -736,7 +760,7 @@ class Exercise:
             return _Deadline(self.time_limit)
         try:
             found = variants.run_variants(self, answer, CALLERS_HOOK_IDS, run_case, deadline)
-        except Exception:
+        except (Exception, TimeLimitExceeded):   # the recording run over time too: no verdict from variants
             if variants.STRICT:
                 raise
             return None

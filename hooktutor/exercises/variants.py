@@ -120,7 +120,13 @@ def global_settings() -> dict[str, Any]:
         for key in _DYNAMO_KEYS:
             if hasattr(dynamo, key):
                 s[f"torch._dynamo.config.{key}"] = getattr(dynamo, key)
+    frame = sys.modules.get("torch._dynamo.eval_frame")
+    if getattr(frame, "_stance", None) is not None:   # torch.compiler.set_stance (2.6 and newer)
+        s[_STANCE] = frame._stance
     return s
+
+
+_STANCE = "Dynamo's stance (torch.compiler.set_stance)"
 
 
 def restore_globals(before: dict[str, Any]) -> None:
@@ -154,6 +160,9 @@ def restore_globals(before: dict[str, Any]) -> None:
         if changed & set(keys):
             with contextlib.suppress(Exception):
                 setter()
+    if _STANCE in changed:   # the module's own setter checks nothing we need: no compiled region here
+        with contextlib.suppress(Exception):
+            sys.modules["torch._dynamo.eval_frame"]._set_stance(before[_STANCE])
     dynamo = sys.modules.get("torch._dynamo.config")
     for key in changed:
         if key.startswith("torch._dynamo.config.") and dynamo is not None:
@@ -535,7 +544,7 @@ def compare_results(got: Any, ref: Any, variant: str, path: str = "the result", 
     if isinstance(ref, bool) or isinstance(got, bool):
         if type(got) is not type(ref) and isinstance(ref, (bool, int, float)):
             raise Difference("result", path, _a(type(ref).__name__), _a(type(got).__name__),
-                             f"{path} is a {type(got).__name__}, but should be a {type(ref).__name__} "
+                             f"{path} is {_a(type(got).__name__)}, but should be {_a(type(ref).__name__)} "
                              "(a bool is not a number, nor a number a bool)")
         return
     if isinstance(ref, (int, float)) and isinstance(got, (int, float)):
@@ -561,8 +570,12 @@ def compare_results(got: Any, ref: Any, variant: str, path: str = "the result", 
             compare_results(by_repr[repr(k)], r, variant, f"{path}[{k!r}]", depth + 1)
 
 
-def _a(noun: str) -> str:
-    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+def article(noun: str) -> str:
+    """A noun with its article: "an int", "a float"."""
+    return ("an " if noun[:1].lower() in "aeiou" else "a ") + noun
+
+
+_a = article
 
 
 def _mode(flag: bool) -> str:

@@ -6,7 +6,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - technique: returns the number of calls; counts the graphs the last call compiled; counts the
   graphs of one call only
   (``torch._dynamo.explain``), which misses the recompiles of later calls; compiles with the
-  default backend (code generation: slow, and not what is asked);
+  default backend (code generation: slow, and not what is asked), or a named backend with Dynamo's
+  private counter (``torch._dynamo.utils.counters``) in place of a backend of one's own;
 - repeat: keeps what was compiled before (no ``torch._dynamo.reset()`` first): the answer's new
   ``torch.compile`` with its own backend does not reuse that code (it compiles again), but the
   earlier compile holds a slot of Dynamo's limit of compiled versions per function: at the limit,
@@ -164,7 +165,7 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
                     t.expect(fired == [1] * calls, what="(the check's own run)", expected=calls, got=len(fired),
                              nudge="")
                 fired.clear()
-                with torch.no_grad():
+                with torch.no_grad(), _backends_passed() as backends:
                     got = answer(model, x, calls)
             # (no HookWitness on the model: its counting pre-hook would be compiled in, and a hook
             # that counts in Python makes every call compile again)
@@ -182,10 +183,34 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
                 "count every graph your backend receives, over all the calls, starting from nothing compiled: "
                 "a hook that appends to a list can make a call compile again, and a graph break can give a "
                 "compile more than one graph"))
+            t.expect(any(callable(b) for b in backends), what="the backends your answer compiled with",
+                     expected="a function of yours (gm, example_inputs)", got=[b if isinstance(b, str) else
+                                                                                type(b).__name__ for b in backends],
+                     nudge=("count with a backend of your own, passed as torch.compile(model, backend=your_function): "
+                            "a counter of Dynamo's own (torch._dynamo.utils.counters) is private, and a named "
+                            "backend (\"eager\", \"inductor\") hands you nothing to count"))
         finally:
             if handle is not None:
                 handle.remove()
             torch._dynamo.reset()
+
+
+@contextlib.contextmanager
+def _backends_passed():
+    """The ``backend`` of every ``torch.compile`` call made in the block (the default's name, where
+    none is given), collected by a stand-in for ``torch.compile`` put back in a ``finally``."""
+    backends: list = []
+    real = torch.compile
+
+    def recording(*args, **kwargs):
+        backends.append(kwargs.get("backend", "inductor"))
+        return real(*args, **kwargs)
+
+    torch.compile = recording
+    try:
+        yield backends
+    finally:
+        torch.compile = real
 
 
 @exercise.case("an MLP whose first layer has a hook that appends to a list, called three times")
@@ -265,6 +290,17 @@ def _at_most_twice(model, x, calls):
 @exercise.wrong("does not reset first", mentions="starting from nothing compiled", hidden=True)
 def _no_reset(model, x, calls):
     return _counting(model, x, calls, reset=False)
+
+
+@exercise.wrong("counts with a named backend and Dynamo's private counter", mentions="a backend of your own")
+def _dynamo_counter(model, x, calls):
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, backend="eager")
+    for _ in range(calls):
+        compiled(x)
+    return counters["stats"]["unique_graphs"]
 
 
 @exercise.wrong("compiles the model in place with model.compile()", mentions="model.compile()")

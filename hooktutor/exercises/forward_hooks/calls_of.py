@@ -211,8 +211,12 @@ def _(answer, t: Tester) -> None:
     y = model.inner(x, x + 1)
     with kit.HookWitness({"inner": model.inner}) as seen:
         got = answer(model, x, model.inner)
+    used_forward = seen.fired("inner", "forward") > 0
     t.expect(seen.fired("inner", "forward_pre") == 2, what="forward pre-hooks on `inner` while it ran",
              expected="yours, on both calls", got=f"on {seen.fired('inner', 'forward_pre')} of 2 calls", nudge=(
+                 "a forward hook runs after the layer: it sees arguments the layer may have changed in place, "
+                 "and none of a call that raises. Record them before the call, with a forward pre-hook "
+                 "(register_forward_pre_hook(..., with_kwargs=True))" if used_forward else
                  "record the calls with a forward pre-hook on the layer (register_forward_pre_hook(..., "
                  "with_kwargs=True)), not by wrapping or replacing layer.forward"))
     t.expect_type(got, list, what="what calls_of returned", nudge="return the list of (args, kwargs) pairs")
@@ -439,6 +443,18 @@ def _wraps_forward(model, x, layer):
         model(x)
     finally:
         del layer.forward
+    return calls
+
+
+@exercise.wrong("records with a forward hook (with_kwargs=True), after the layer ran", mentions="runs after the layer")
+def _forward_hook(model, x, layer):
+    calls = []
+    handle = layer.register_forward_hook(
+        lambda module, args, kwargs, output: calls.append((_deep_copy(args), _deep_copy(kwargs))), with_kwargs=True)
+    try:
+        model(x)
+    finally:
+        handle.remove()
     return calls
 
 

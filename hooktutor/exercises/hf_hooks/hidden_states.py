@@ -6,7 +6,7 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - technique: ``model(input_ids, output_hidden_states=True)`` itself (transformers then installs forward
   hooks on the model that stay); every decoder layer's output as the last entry, where
   transformers puts the model's own output, ``last_hidden_state`` (in a Llama the final norm's output,
-  not the last layer's); the embeddings left out;
+  not the last layer's); the embeddings left out; the model run twice (the task says once);
 - right, though not the solution's way: forward pre-hooks that keep each decoder layer's input (the
   way transformers itself records ``hidden_states[0]``) and a forward hook on the final norm; the check
   accepts any hook of the learner's on the modules that produce the entries (``right_answers``);
@@ -133,6 +133,9 @@ def _states_case(answer: Callable, t: Tester, layers: int, seed: int, dtype: tor
         t.expect_close(g, w, what=f"entry {i} (what {source} returns)", atol=1e-6, rtol=1e-6, wrong=wrong,
                        nudge=f"entry {i} is what {source} returns")
         kit.expect_detached(t, g, what=f"entry {i}")
+    t.expect(witness.calls["model.embed_tokens"] == 1, what="forward passes of the model in your answer",
+             expected=1, got=witness.calls["model.embed_tokens"], nudge=(
+                 "run model(input_ids) once, with every hook attached: one forward gives every entry"))
     recorded = sum(witness.fired(name, kind) for name in producers for kind in ("forward", "forward_pre"))
     t.expect(recorded > 0, what="hooks of yours on embed_tokens, the decoder layers or the norm while the model "
              "ran", expected="at least one", got="none", nudge=(
@@ -199,6 +202,12 @@ _LEAVES_HOOKS = claims.expected("hf-output-capturing-hooks")
                 mentions="left its forward hooks" if _LEAVES_HOOKS else "record with hooks of your own")
 def _states_ask(model, input_ids):
     return tuple(h.detach().clone() for h in model(input_ids, output_hidden_states=True).hidden_states)
+
+
+@exercise.wrong("runs the model twice: once to record, once for nothing", mentions="once")
+def _states_twice(model, input_ids):
+    model(input_ids)
+    return hidden_states_by_hooks(model, input_ids)
 
 
 @exercise.wrong("the last layer's output as the last entry", mentions="not the last decoder layer's")

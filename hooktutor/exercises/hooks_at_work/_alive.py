@@ -60,10 +60,25 @@ def holds_graph(t: torch.Tensor) -> bool:
     return t.requires_grad or t.grad_fn is not None
 
 
-# not entered by held_bytes: shared things (classes, modules, a model), and a generator's or a
-# frame's locals (the caller's, not the answer's)
-_OPAQUE = (type, types.ModuleType, nn.Module, types.FrameType, types.GeneratorType, types.CodeType,
+# not entered by held_bytes: shared things (modules, a model, the classes of Python and of the
+# libraries), and a generator's or a frame's locals (the caller's, not the answer's)
+_OPAQUE = (types.ModuleType, nn.Module, types.FrameType, types.GeneratorType, types.CodeType,
            types.CoroutineType, types.AsyncGeneratorType)
+_LIBRARIES = {"torch", "numpy", "transformers", "accelerate", "hooktutor", "typing_extensions", "_pytest", "pytest"}
+
+
+def _opaque(o: object) -> bool:
+    """Not entered: see ``_OPAQUE``; a class is entered only where it is the answer's own (a class
+    attribute that keeps every step's values is a leak too), not Python's or a library's."""
+    if issubclass(type(o), type):
+        top = (getattr(o, "__module__", None) or "builtins").split(".")[0]
+        return top in sys.stdlib_module_names or top in _LIBRARIES and not _answers_module(o)
+    return issubclass(type(o), _OPAQUE)
+
+
+def _answers_module(cls: object) -> bool:
+    """A class of an exercise's catalogued answers (hooktutor.exercises.<lesson>.<exercise>): an answer's."""
+    return str(getattr(cls, "__module__", "")).startswith("hooktutor.exercises.")
 
 
 def _names(code: types.CodeType) -> set[str]:
@@ -76,18 +91,28 @@ def _names(code: types.CodeType) -> set[str]:
 
 
 def held_bytes(roots: Iterable[object], limit: int = 20_000, *, besides: Iterable[object] = ()) -> int | None:
+    """:func:`held`'s size in bytes."""
+    found = held(roots, limit, besides=besides)
+    return None if found is None else found[0]
+
+
+def held(roots: Iterable[object], limit: int = 20_000, *,
+         besides: Iterable[object] = ()) -> tuple[int, int] | None:
     """The size in bytes of everything ``roots`` refer to: through containers, a function's closure,
     defaults and attributes, the globals its code names, a bound method's object, any object's
     referents; a tensor counts its elements (``nelement() * element_size()``), anything else
-    ``sys.getsizeof``. Classes, modules, nn.Modules, frames and generators are not entered. None when
-    more than ``limit`` objects are reached (too much to say). What only ``besides`` holds (a list the
+    ``sys.getsizeof``; and how many objects that is (a leak of a few small objects, a NumPy copy every
+    50 steps, stays under any threshold of bytes and adds objects all the same). Modules,
+    nn.Modules, frames, generators, and classes but the answer's own are not entered. None when more
+    than ``limit`` objects are reached (too much to say). What only ``besides`` holds (a list the
     answer returns, and its items) is not counted."""
-    seen: set[int] = {id(o) for o in besides}
+    besides_ids = {id(o) for o in besides}
+    seen: set[int] = set(besides_ids)
     todo = list(roots)
     total = 0
     while todo:
         o = todo.pop()
-        if id(o) in seen or issubclass(type(o), _OPAQUE):
+        if id(o) in seen or _opaque(o):
             continue
         seen.add(id(o))
         if len(seen) > limit:
@@ -107,7 +132,7 @@ def held_bytes(roots: Iterable[object], limit: int = 20_000, *, besides: Iterabl
             todo += [o.__func__, o.__self__]
         else:
             todo += gc.get_referents(o)
-    return total
+    return total, len(seen) - len(besides_ids)
 
 
 def _contents(cells: tuple[types.CellType, ...] | None) -> list[object]:

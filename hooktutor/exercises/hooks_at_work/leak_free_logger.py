@@ -9,8 +9,10 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   not, or only the last output or input) kept in a list of the hook's own too: the same leak out of
   sight (the check counts the tensors made during the run that are alive after step 5 and after
   step 200: a correct answer keeps 0 more; and rejects any of them still alive after the last step,
-  with a graph or without); or the same as Python floats (``output.tolist()``), which no tensor count sees:
-  the check also measures the bytes the hook refers to besides the returned list, at step 5 and at 200;
+  with a graph or without); or the same as Python floats (``output.tolist()``, in a list of its own or
+  in a class attribute), or a NumPy copy every 50 steps, which no tensor count sees: the check also
+  measures the bytes and the objects the hook refers to besides the returned list (the answer's own
+  classes included), at step 5 and at 200;
 - ``output.norm().detach()``: no graph, so no leak of the graph, but a tensor per step where the
   task asks for Python floats (rejected, with a message that says the graph is not the problem);
 - reference cycles: the hook refers to ``layer`` (a closure over it, or a bound method of a
@@ -34,7 +36,7 @@ from torch import nn
 
 from ...models import seeded
 from ..core import CALLERS_HOOK_IDS, Exercise, Tester, learners_hooks
-from ._alive import Created, held_bytes, holds_graph
+from ._alive import Created, held, holds_graph
 
 
 def log_output_norms(layer):
@@ -111,15 +113,16 @@ def _unpack(t: Tester, got: object, what: str) -> tuple[list, object]:
     return norms, handle
 
 
-def _kept_besides(model: nn.Module, norms: list, skip: set[int]) -> int | None:
-    """The size of what the answer's hooks on ``model`` refer to, and of the attributes set on its modules,
-    but the list of norms and its floats; None when it cannot be measured."""
+def _kept_besides(model: nn.Module, norms: list, skip: set[int]) -> tuple[int, int] | None:
+    """The size in bytes, and the number of objects, of what the answer's hooks on ``model`` refer to
+    (its own classes' attributes included), and of the attributes set on its modules, but the list of
+    norms and its floats; None when it cannot be measured."""
     roots: list[object] = [fn for m in model.modules() for i, fn in m._forward_hooks.items()
                            if i not in skip and i not in CALLERS_HOOK_IDS]
     roots += [v for m in model.modules() for k, v in vars(m).items()
               if k not in ("_parameters", "_buffers", "_modules") and "hook" not in k]
     try:
-        return held_bytes(roots, besides=[norms])
+        return held(roots, besides=[norms])
     except Exception:   # an object of the answer's that will not say its size: no measure, no verdict
         return None
 
@@ -180,11 +183,14 @@ def _(answer, t: Tester) -> None:
                  "step's output, or a tensor made from it, holds the autograd graph of its step too. Keep "
                  "output.norm().item() only, and nothing else"))
     # what the hook holds besides the list (its closure, defaults, the globals it names, attributes set on
-    # the layer): the same at step 200 as at step 5 for a correct answer; a second list that gets the
-    # output's .tolist() every step grows by hundreds of bytes a step, one of floats by 32
-    more = held_late - held_early if held_early is not None and held_late is not None else 0
-    t.expect(more < 1024, what="the size of what your hook keeps besides the list, step 200 against step 5",
-             expected="the same", got=f"{more:,} bytes more", nudge=(
+    # the layer, a class of the answer's): the same at step 200 as at step 5 for a correct answer; a second
+    # list that gets the output's .tolist() every step grows by hundreds of bytes a step, one of floats by
+    # 32; a NumPy copy every 50th step by under 1024 bytes, but by 4 objects
+    measured = held_early is not None and held_late is not None
+    more, objects = (held_late[0] - held_early[0], held_late[1] - held_early[1]) if measured else (0, 0)
+    t.expect(more < 1024 and objects <= 2,
+             what="the size of what your hook keeps besides the list, step 200 against step 5",
+             expected="the same", got=f"{more:,} bytes more, in {objects} more objects", nudge=(
                  "your hook keeps something of every step besides the list of norms (Python floats, lists from "
                  ".tolist(), an output's grad_fn, which holds that step's autograd graph; in another list or an "
                  "attribute): memory grows with the run, tensors or not. Append output.norm().item() to the "
@@ -323,6 +329,27 @@ exercise.wrong("also keeps the last input", mentions="a tensor of the last step 
     _logger(also_keep=lambda args, output: args[0], last=True))
 exercise.wrong("also keeps every output as Python floats (.tolist()), in a second list",
                mentions="tensors or not")(_logger(also_keep=lambda args, output: output.detach().tolist()))
+exercise.wrong("also keeps a NumPy copy of every 50th output", mentions="tensors or not")(
+    _logger(also_keep=lambda args, output: output.detach().numpy().copy(), every=50))
+
+
+class _History:
+    """Rows kept on a class: what the hook refers to (its class) grows, no instance in sight."""
+
+    rows: list = []
+
+
+def _class_history(layer):
+    norms = []
+
+    def hook(module, args, output):
+        norms.append(output.norm().item())
+        _History.rows.append(output.detach().tolist())
+
+    return norms, layer.register_forward_hook(hook)
+
+
+exercise.wrong("also keeps every output as floats in a class attribute", mentions="tensors or not")(_class_history)
 exercise.wrong("also keeps every output's grad_fn", mentions="grad_fn, which holds that step's autograd graph")(
     _logger(also_keep=lambda args, output: output.grad_fn))
 exercise.wrong("a hook that closes over `layer`", mentions="reference cycle")(_logger(refer_to_layer=True))

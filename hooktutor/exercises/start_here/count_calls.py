@@ -3,7 +3,9 @@
 Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - repeat: the list lives outside the function, so a second run counts on top of the first;
-- twice: counts whether the layer ran (a set, a flag), not how often;
+- twice: counts whether the layer ran (a set, a flag), not how often; or at most two calls (a
+  hidden case calls a frozen layer three times, under ``torch.no_grad()``, which also rejects a
+  count of the calls whose output requires grad);
 - raises: removes the hook after ``model(x)`` but not in ``finally:``, or never removes it;
   catches the model's error (``except Exception: pass``) and returns a count for a forward that
   never finished;
@@ -184,6 +186,19 @@ def _(model, x, layer):
         model(x)
     return len(calls)
 exercise.wrong("keeps the list outside the function", mentions="start from zero")(_counter(keep_in=[]))
+exercise.wrong("counts at most two calls", mentions="one per call", hidden=True)(
+    _counter(result=lambda calls: min(len(calls), 2)))
+
+
+@exercise.wrong("counts only the calls whose output requires grad", mentions="whatever its output is", hidden=True)
+def _needs_grad_only(model, x, layer):
+    calls = []
+    handle = layer.register_forward_hook(lambda m, a, o: calls.append(1) if o.requires_grad else None)
+    try:
+        model(x)
+    finally:
+        handle.remove()
+    return len(calls)
 
 
 @exercise.wrong("counts whether it ran, not how often", mentions="module used twice")
@@ -199,6 +214,20 @@ exercise.wrong("runs model.forward(x), which skips the model's own hooks", menti
                 mentions="no hook was attached", hidden=True)
 def _counts_structure(model, x, layer):
     return sum(1 for _, m in model.named_modules(remove_duplicate=False) if m is layer)
+
+
+@exercise.case("a frozen layer used three times in one forward, under torch.no_grad()", hidden=True)
+def _(answer, t: Tester) -> None:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(6)
+        shared = nn.Linear(4, 4).requires_grad_(False)
+    model = t.track(nn.Sequential(shared, nn.Tanh(), shared, nn.Tanh(), shared), "a Sequential that reuses one "
+                    "frozen Linear three times")
+    with torch.no_grad():
+        got = answer(model, torch.zeros(1, 4), shared)
+    _expect_count(t, got, 3, "count_calls(model, x, shared) under torch.no_grad()",
+                  "count every call of the layer, whatever its output is (a frozen layer, or a forward "
+                  "under torch.no_grad(), gives outputs that need no gradient): one per call")
 
 
 @exercise.case("the model itself as the layer: model(x) calls it once", hidden=True)
