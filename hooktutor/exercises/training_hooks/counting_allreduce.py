@@ -15,7 +15,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 
 - technique: returns the bucket's own buffer in a finished future (no all-reduce: every
   process keeps its own gradient); returns the all-reduce's future itself, whose value is a
-  list (DDP fails inside);
+  list (DDP fails inside); returns nothing (a hook without ``return``: DDP's reducer takes the
+  ``None`` for a Future and the process dies in backward, so the check's wrapper stops it first
+  and says what was returned);
 - arithmetic: sums instead of averaging; divides by 2 instead of the number of processes
   (right on two, wrong on three);
 - state: records into a list of its own instead of ``state``; records the number of
@@ -82,7 +84,8 @@ exercise = Exercise(
     },
     guide="""returning `bucket.buffer()` in a finished future without an all-reduce (each process
     keeps its own gradient, and the models drift apart); returning the all-reduce's own future,
-    whose value is a list (DDP fails with an internal assert); summing without dividing, or
+    whose value is a list (DDP fails with an internal assert), or nothing at all (a missing
+    `return`); summing without dividing, or
     dividing by 2 rather than `dist.get_world_size()`; recording into a list of its own instead
     of `state`, or `len(bucket.gradients())` instead of the number of values; using a name
     defined in the notebook (the check runs the hook's source in new processes).""",
@@ -159,15 +162,25 @@ def _trusted(state, bucket):   # no annotations: DDP checks them, and this modul
     return default_hooks.allreduce_hook(None, bucket)
 
 
+class _NotAFuture(TypeError):
+    """The answer's hook returned something other than a Future (noted in the result)."""
+
+
 def _raising_as_itself(hook: Callable, result: dict[str, Any]) -> Callable:
     """``hook``, noting in ``result`` an exception it raises itself (DDP's own errors, about
-    what it returned, are not noted)."""
+    what it returned, are not noted), and what it returned when that is no Future at all: DDP's
+    reducer takes ``None`` (a hook without ``return``) as a Future and the process dies of a
+    segmentation fault in backward (torch 2.13), so the hook stops there with an error instead."""
     def noted(state, bucket):   # no annotations: DDP checks them, and this module's are strings
         try:
-            return hook(state, bucket)
+            returned = hook(state, bucket)
         except Exception as exc:
             result["raised"] = (type(exc).__name__, str(exc)[:300])
             raise
+        if not isinstance(returned, torch._C.Future):   # get_future() gives the C type; Future() its subclass
+            result["returned"] = type(returned).__name__
+            raise _NotAFuture(f"the hook returned {type(returned).__name__}, not a torch.futures.Future")
+        return returned
     return noted
 
 
@@ -256,6 +269,12 @@ def _run(answer: Callable, t: Tester, world_size: int, dtype: torch.dtype, passe
         # it as the answer's error, not as one of its own
         exec(compile("raise error", "<your hook, in the processes the check started>", "exec"),  # noqa: S102
              {"error": error})
+    returned = ranks[0].get("returned")
+    if returned is not None:
+        t.expect(False, what="what your hook returned", expected="a torch.futures.Future whose value is one tensor",
+                 got="None (no return statement)" if returned == "NoneType" else f"a {returned}",
+                 nudge="return the all-reduce's future: return work.get_future().then(lambda fut: fut.value()[0]), "
+                       "where work = dist.all_reduce(..., async_op=True)")
     error = ranks[0].get("error")
     t.expect(error is None, what=f"your hook, under DDP on {world_size} processes", expected="no error",
              got=error, nudge=_explain_error(error or ""))
@@ -321,6 +340,12 @@ def _(answer, t: Tester) -> None:
 
 
 # -- the wrong answers peculiar to this exercise (self-contained: the check sends their source) --
+
+@exercise.wrong("records and all-reduces, but forgets to return the future", mentions="no return statement")
+def no_return(state, bucket):
+    state.append((bucket.index(), bucket.buffer().numel()))
+    dist.all_reduce(bucket.buffer() / dist.get_world_size(), async_op=True)
+
 
 @exercise.wrong("returns the buffer without an all-reduce", mentions="kept its own gradient")
 def no_allreduce(state, bucket):
