@@ -155,3 +155,8 @@ def test_a_full_backward_hook_makes_an_in_place_op_on_the_output_raise():
     x, y = torch.randn(6, 4), torch.tensor([0, 1, 2, 0, 1, 2])
     with pytest.raises(RuntimeError, match="is being modified inplace"):
         _per_example(model, x, y, one_input_per_layer=False)
+    # while autograd records only (the second fresh review's O3): under no_grad or inference_mode the
+    # full hook wraps nothing, and the in-place ReLU runs
+    for mode in (torch.no_grad, torch.inference_mode):
+        with model[0].register_full_backward_hook(lambda m, gi, go: None), mode():
+            model(x)

@@ -519,6 +519,12 @@ def test_position_ids_count_each_rows_tokens_from_its_first_real_one_under_left_
                        do_sample=False, pad_token_id=0)
     assert seen[0] == [[0, 1, 2, 3, 4], [0, 0, 0, 1, 2]]   # the two pads: 0 (masked)
     assert seen[1] == [[5], [3]]
+    # a plain call builds no per-row positions (the second fresh review's O1): every row counts 0, 1, ...
+    seen.clear()
+    with model.model.layers[0].register_forward_hook(
+            lambda m, args, kwargs, out: seen.append(kwargs["position_ids"].tolist()), with_kwargs=True):
+        model(padded, attention_mask=(padded != 0).long())
+    assert seen == [[[0, 1, 2, 3, 4]]]
 
 
 def test_the_hidden_states_exercise_accepts_its_right_alternatives():

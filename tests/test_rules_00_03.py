@@ -311,6 +311,64 @@ def test_a_checkpointed_module_that_saves_nothing_runs_again_only_under_the_reen
     assert log == (["pre", "fwd"] * 2 if reentrant else ["pre", "fwd"])
 
 
+@pytest.mark.parametrize("order", ["saver first", "saver last"])
+def test_the_non_reentrant_checkpoint_reruns_every_module_before_the_last_saved_tensor(order):
+    """02 cell 21 and the recap (the second fresh review's O1): the recomputation runs the block from
+    its start and stops once the last tensor backward needs is saved again, so a module that saves
+    nothing is run again when it comes before a layer that saves (its output is that layer's saved
+    input), and not when it comes after every one."""
+
+    class Affine(nn.Module):
+        def forward(self, x):
+            return x * 2 + 1
+
+    torch.manual_seed(0)
+    affine, linear = Affine(), nn.Linear(3, 3)
+    block = nn.Sequential(linear, affine) if order == "saver first" else nn.Sequential(affine, linear)
+    log = []
+    with affine.register_forward_pre_hook(lambda m, a: log.append("pre")), \
+            affine.register_forward_hook(lambda m, a, o: log.append("fwd")):
+        out = checkpoint(block, torch.ones(2, 3, requires_grad=True), use_reentrant=False)
+        out.pow(2).sum().backward()
+    assert log == (["pre", "fwd"] if order == "saver first" else ["pre", "fwd"] * 2)
+
+
+@pytest.mark.parametrize("loss", ["sum", "mean", "cross-entropy"])
+@pytest.mark.parametrize("act", [nn.ReLU, nn.LeakyReLU, nn.GELU, nn.Identity, nn.Sigmoid, nn.Tanh])
+def test_a_data_edit_gives_the_no_hook_gradients_where_no_backward_reads_the_edited_values(act, loss):
+    """03 cell 24 and the recap (the second fresh review's O2): `output.data.mul_(3)` on the
+    activation gives the gradients of the model without the hook when the activation's backward
+    reads none of the edited values (ReLU: their signs only; LeakyReLU, GELU, Identity: their input)
+    and the gradient reaching it does not depend on them (a sum or a mean through a linear head);
+    a layer that saved its output (Sigmoid, Tanh), or cross-entropy, gives those of neither."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 6), act(), nn.Linear(6, 3))
+    x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
+
+    def fc1_grad(hook=None):
+        model.zero_grad()
+        handle = model[1].register_forward_hook(hook) if hook else None
+        try:
+            out = model(x)
+            {"sum": out.sum(), "mean": out.mean(), "cross-entropy": nn.functional.cross_entropy(out, y)}[
+                loss].backward()
+        finally:
+            if handle:
+                handle.remove()
+        return model[0].weight.grad.clone()
+
+    no_hook = fc1_grad()
+    def edit_data(module, args, output):
+        output.data.mul_(3)   # returns None: the output stays the tensor autograd knows
+
+    edited = fc1_grad(edit_data)
+    scaled = fc1_grad(lambda m, a, o: o * 3)
+    same = torch.allclose(edited, no_hook)
+    assert same == (act not in (nn.Sigmoid, nn.Tanh) and loss != "cross-entropy")
+    if not same:
+        assert not torch.allclose(edited, scaled)
+
+
 def test_an_entry_rebound_in_a_container_output_takes_effect_without_a_return():
     """03 cell 69's verdict and the recap (the fresh review's F4): for a tensor output, rebinding a
     name does nothing; an output that is a dict or a list is changed by rebinding one of its

@@ -537,3 +537,144 @@ def test_after_a_write_under_no_grad_differentiable_uses_raise_and_comparisons_d
     for use in (lambda t: t * 2, lambda t: t.view(-1), lambda t: t.grad_fn):
         with pytest.raises(RuntimeError):
             use(out)
+
+
+# -- the second fresh review of 04-07 (2026-12-06): each rule where it stops holding --
+
+def test_a_tensor_nested_in_a_returned_tuple_gets_no_grad_output_entry_and_fires_nothing_alone():
+    """04 cells 10 and 116: nn.LSTM returns (out, (h_n, c_n)): grad_output has two entries, the
+    second None even where the loss uses h_n; a loss on h_n alone fires neither the full hook nor
+    the pre-hook, and torch warns nothing."""
+    torch.manual_seed(0)
+    lstm, x = nn.LSTM(3, 4, batch_first=True), torch.randn(2, 5, 3, requires_grad=True)
+    full, pre = [], []
+    with lstm.register_full_backward_hook(lambda m, gi, go: full.append(go)), \
+            lstm.register_full_backward_pre_hook(lambda m, go: pre.append(go)), \
+            warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        out, (h_n, _) = lstm(x)
+        (out.sum() + h_n.sum()).backward()
+        assert len(full) == 1 and len(full[0]) == 2 and full[0][1] is None
+        full.clear(), pre.clear()
+        out, (h_n, _) = lstm(x)
+        h_n.sum().backward()
+    assert (full, pre) == ([], []) and x.grad is not None
+    assert not [w for w in said if "hook" in str(w.message).lower()]
+
+
+@pytest.mark.parametrize("other_call", ["under no_grad", "logged only", "on the loss's path"])
+def test_a_module_called_twice_fires_once_per_call_on_the_losss_path(other_call):
+    """04 cell 36 and the recap: a second call under no_grad, or one whose output the loss does not
+    use, fires no backward hook."""
+    torch.manual_seed(0)
+    layer, x = nn.Linear(3, 3), torch.randn(2, 3, requires_grad=True)
+    fired = []
+    with layer.register_full_backward_hook(lambda m, gi, go: fired.append(1)):
+        first = layer(x)
+        if other_call == "under no_grad":
+            with torch.no_grad():
+                layer(x)
+            loss = first.sum()
+        elif other_call == "logged only":
+            logged = layer(x)   # noqa: F841 - kept, never in the loss
+            loss = first.sum()
+        else:
+            loss = (first + layer(x)).sum()
+        loss.backward()
+    assert len(fired) == (2 if other_call == "on the loss's path" else 1)
+
+
+def test_views_and_conversions_that_change_nothing_share_the_outputs_memory():
+    """04 cell 98: a reduction or a comparison is a new tensor; flatten(), .t(), .contiguous() and
+    .float() of a contiguous float32 output are its own memory, so an in-place ReLU after the
+    layer overwrites what a hook kept without a clone."""
+    out = torch.randn(4, 3)
+    kept = {"norm": out.norm(dim=1), "negative": out < 0, "flatten": out.flatten(), "t": out.t(),
+            "contiguous": out.contiguous(), "float": out.float()}
+    before = {k: v.clone() for k, v in kept.items()}
+    out.relu_()
+    changed = {k for k in kept if not torch.equal(kept[k], before[k])}
+    assert changed == {"flatten", "t", "contiguous", "float"}
+
+
+@pytest.mark.parametrize("returns", ["a list", "a tensor nested in a tuple"])
+def test_an_in_place_op_on_an_output_the_full_hook_does_not_wrap_raises_nothing(returns):
+    """05 cell 39: the full hook wraps a returned tensor or a tensor entry of the returned tuple;
+    a list output or a tensor nested deeper is not wrapped: relu_() on it raises nothing, and the
+    hook never fires."""
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(3, 3)
+
+        def forward(self, x):
+            h = self.fc(x)
+            return [h] if returns == "a list" else (h.sum(), (h,))
+
+    torch.manual_seed(0)
+    block, fired = Block(), []
+    x = torch.randn(2, 3, requires_grad=True)
+    with block.register_full_backward_hook(lambda m, gi, go: fired.append(1)), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # torch warns about a list output
+        out = block(x)
+        h = out[0] if returns == "a list" else out[1][0]
+        h.relu_().sum().backward()
+    assert fired == []
+
+
+def test_scaling_a_layer_before_a_train_mode_batchnorm_leaves_the_loss_unchanged():
+    """06 cells 3 and 28: a forward hook that scales an output changes what follows only as far as
+    the next layers pass it on: a BatchNorm in train mode divides the scale out again."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.LazyLinear(2))
+    x, y = torch.randn(8, 1, 6, 6), torch.randint(0, 2, (8,))
+    model(x)   # materialise the lazy layer
+    plain = nn.functional.cross_entropy(model(x), y)
+    with model[0].register_forward_hook(lambda m, a, o: o * 4.0):
+        scaled = nn.functional.cross_entropy(model(x), y)
+    assert torch.allclose(plain, scaled, atol=1e-4)
+    with model[2].register_forward_hook(lambda m, a, o: o * 4.0):   # after the BatchNorm: it shows
+        assert not torch.allclose(plain, nn.functional.cross_entropy(model(x), y), atol=1e-4)
+
+
+def test_a_module_that_masks_a_nan_hides_it_from_the_hunter_where_built_in_layers_pass_it_on():
+    """07 cell 29: ReLU, Hardtanh and MaxPool pass a NaN on; torch.where(x > 0, x, 0) and fmax read
+    it and return finite values."""
+    x = torch.tensor([[1.0, float("nan"), -2.0, 3.0]])
+    assert not torch.isfinite(nn.ReLU()(x)).all() and not torch.isfinite(nn.Hardtanh()(x)).all()
+    assert not torch.isfinite(nn.MaxPool1d(2)(x)).all()
+    assert torch.isfinite(torch.where(x > 0, x, 0.0)).all()
+    assert torch.isfinite(torch.fmax(x, torch.zeros_like(x))).all()
+
+
+@pytest.mark.parametrize("does", ["a tensor hook on the output", "requires_grad_(False)"])
+def test_a_forward_hook_that_returns_none_can_still_change_training(does):
+    """07 recap: a forward hook that returns None, writes nothing in place and draws nothing changes
+    training when it registers a gradient hook or switches requires_grad; only a hook that reads
+    leaves the step as it was."""
+    def step(hook=None):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        handle = model[0].register_forward_hook(hook) if hook else None
+        try:
+            model(torch.ones(2, 3)).pow(2).sum().backward()
+            optimizer.step()
+        finally:
+            if handle:
+                handle.remove()
+        return model.state_dict()
+
+    def reads(module, args, output):
+        output.norm().item()
+
+    def changes(module, args, output):
+        if does == "a tensor hook on the output":
+            output.register_hook(lambda grad: grad * 2)
+        else:
+            module.weight.requires_grad_(False)
+
+    plain = step()
+    assert all(torch.equal(plain[k], v) for k, v in step(reads).items())
+    assert not all(torch.equal(plain[k], v) for k, v in step(changes).items())

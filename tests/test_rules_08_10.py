@@ -485,3 +485,48 @@ def test_the_non_reentrant_checkpoint_reruns_a_block_only_for_a_tensor_it_saved(
         out = ckpt.checkpoint(block, torch.ones(2, 3, requires_grad=True), use_reentrant=False)
         out.pow(2).sum().backward()
     assert log == (["pre", "pre"] if saves else ["pre"])
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_an_optimizer_in_backward_steps_twice_under_the_reentrant_checkpoint_for_a_shared_parameter(
+        reentrant):
+    """08 cell 56 (the second fresh review's O1): one optimizer per parameter, stepped from its
+    post-accumulate-grad hook, gives the weights of optimizer.step() after backward where each
+    gradient is accumulated once; a layer used inside and outside a reentrant checkpoint gets its
+    hook once per inner backward and steps on parts of its gradient."""
+    def build():
+        torch.manual_seed(0)
+        return nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(fc1, fc2, x):
+        h = ckpt.checkpoint(lambda t: fc2(torch.relu(fc1(t))), x, use_reentrant=reentrant)
+        return fc2(h).pow(2).sum()
+
+    x = torch.randn(3, 4, requires_grad=True)
+    fc1, fc2 = build()
+    optimizer = torch.optim.SGD([*fc1.parameters(), *fc2.parameters()], lr=0.1)
+    forward(fc1, fc2, x).backward()
+    optimizer.step()
+
+    fc1b, fc2b = build()
+    calls = []
+    handles = []
+    for p in [*fc1b.parameters(), *fc2b.parameters()]:
+        opt = torch.optim.SGD([p], lr=0.1)
+
+        def step(param, opt=opt):
+            calls.append(param)
+            opt.step()
+            opt.zero_grad()
+        handles.append(p.register_post_accumulate_grad_hook(step))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # the reentrant checkpoint warns when no input needs grad
+            forward(fc1b, fc2b, x).backward()
+    finally:
+        for h in handles:
+            h.remove()
+    same = all(torch.equal(a, b) for a, b in zip([*fc1.parameters(), *fc2.parameters()],
+                                                  [*fc1b.parameters(), *fc2b.parameters()]))
+    twice = sum(c is fc2b.weight for c in calls)
+    assert (same, twice) == ((False, 2) if reentrant else (True, 1))

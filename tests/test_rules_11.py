@@ -131,8 +131,9 @@ def test_is_compiling_is_true_in_a_non_strict_export_too(one_process):
 def test_item_in_a_hook_breaks_the_graph_only_by_default(one_process):
     """Section 3 and the recap (".item() in a hook breaks the graph"): with Dynamo's default
     `capture_scalar_outputs=False`; with it set, an `.item()` the hook only computes with is traced
-    and the model is one graph, and one that a Python `if` reads (the lesson's hook) raises
-    GuardOnDataDependentSymNode."""
+    and the model is one graph, and one that a Python `if` tests for truth (the lesson's hook)
+    raises GuardOnDataDependentSymNode, where an `if` on a comparison (`> 0`) breaks the graph as by
+    default (the second fresh review's O1)."""
     one_process()
 
 
@@ -165,7 +166,8 @@ def test_a_break_in_an_nn_sequential_leaves_the_layers_before_it_uncompiled(one_
     middle layer of an nn.Sequential, or of a forward that loops over an nn.ModuleList, that breaks the
     graph (`graph_break()`, `.item()`, a disabled hook) leaves the layers before it uncompiled as well as
     those after, so late hooks on the first and the last layer both run, where a hook that does not break
-    leaves them skipped (since 2.5)."""
+    leaves them skipped (since 2.5); in a forward that calls the layers one by one, Dynamo resumes
+    in a new graph after the break, and late hooks stay skipped."""
     one_process()
 
 
@@ -372,6 +374,10 @@ assert isinstance(graphs(False, branch), int) and graphs(False, branch) >= 2
 said = graphs(True, branch)
 assert isinstance(said, str), said   # it raises (the lesson names the pinned torch's error)
 assert said == "GuardOnDataDependentSymNode" or torch.__version__.split("+")[0] != "2.13.0", said
+# a comparison of the value (the usual form) raises nothing on 2.13: the graph breaks as by default
+compare = lambda m, a, o: o * 2 if o.sum().item() > 0 else o
+if torch.__version__.split("+")[0] == "2.13.0":
+    assert graphs(True, compare) >= 2, graphs(True, compare)
 """,
     "test_eval_forces_a_recompile_only_where_the_forward_reads_training": """
 import torch
@@ -517,6 +523,18 @@ for container in (lambda layers: nn.Sequential(*layers), Looped):
                      lambda m, a, o: None if o.sum().item() else None,
                      torch.compiler.disable(lambda m, a, o: None)):
         assert late_hooks_with(breaking, container) == ["first", "last"], container
+
+
+class Written(Looped):   # the same layers called one by one, no loop: Dynamo resumes after a break
+    def forward(self, x):
+        a, b, c, d, e = self.layers
+        return e(d(c(b(a(x)))))
+
+
+# the second fresh review's O2 (lesson 11 cell 3): a break does not put the layers of a forward written
+# out outside every graph: Dynamo starts a new graph after it, and a late hook there is skipped too
+for breaking in (lambda m, a, o: torch._dynamo.graph_break(), torch.compiler.disable(lambda m, a, o: None)):
+    assert late_hooks_with(breaking, Written) == ([] if skipped else ["first", "last"])
 """,
     "test_a_tensor_hook_that_keeps_the_gradient_breaks_the_graph": """
 import torch

@@ -106,7 +106,7 @@ def expect_full_hooks(t: Any, witness: FullHookWitness, *, pre_hooks_too: bool =
 
 
 class _SubLinear(nn.Linear):
-    """A subclass of ``nn.Linear``, as ``nn.MultiheadAttention``'s ``out_proj`` is: still a Linear."""
+    """A subclass of ``nn.Linear`` (a user-defined one, as a LoRA-style layer is): still a Linear."""
 
 
 def _with_sublinear(model: nn.Module, name: str) -> nn.Module:

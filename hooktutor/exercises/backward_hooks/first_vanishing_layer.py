@@ -163,7 +163,7 @@ def _(answer, t: Tester) -> None:
     with _quiet():
         got = answer(model, x, threshold)
     t.expect(got != "fc2", what="first_vanishing_layer(mlp, x, huge)", expected="head", got=got, nudge=(
-        "head is a subclass of nn.Linear, which is a Linear too (nn.MultiheadAttention's out_proj is one): "
+        "head is a subclass of nn.Linear, which is a Linear too (a user-defined one, a LoRA-style layer): "
         "test isinstance(module, nn.Linear), not type(module) is nn.Linear"))
     _check_vanishing(lambda *args: got, t, model, x, threshold, "head", "first_vanishing_layer(mlp, x, huge)")
     expect_input_as_found(t, x, "first_vanishing_layer(mlp, x, huge)")

@@ -124,7 +124,7 @@ def _check_norms(answer, t: Tester, model: nn.Module, x, what: str) -> None:
     t.expect(names == sorted(expected), what=f"the names in {what}", expected=sorted(expected), got=names,
              nudge=("the Linears inside submodules are missing: model.named_children() stops at the first "
                     "level, model.named_modules() goes into every submodule" if nested else
-                    "a subclass of nn.Linear is a Linear too (nn.MultiheadAttention's out_proj is one): test "
+                    "a subclass of nn.Linear is a Linear too (a user-defined one, a LoRA-style layer): test "
                     "isinstance(module, nn.Linear), not type(module) is nn.Linear" if subclassed else
                     "one entry per nn.Linear, keyed by its name from model.named_modules()"))
     for name, value in expected.items():

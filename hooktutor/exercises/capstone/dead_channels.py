@@ -8,7 +8,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   gives ``(N, C)``, a ``Conv1d`` ``(N, C, L)``;
 - technique: looks at the first example of each batch only; counts a channel as fired only when
   its output is above 1 or above a tolerance, not above 0 (a channel whose output is 1e-7); counts
-  a nonzero (negative) output, or a positive mean, as fired (the Linear itself hooked); looks at
+  a nonzero (negative) output, a zero one (``>= 0``: told to test ``> 0``, not to combine calls),
+  or a positive mean, as fired (the Linear itself hooked); looks at
   the layer's input in a pre-hook; replaces ``layer.forward`` instead of hooking it
   (``kit.HookWitness``); calls ``run()`` twice (once to learn the channel count);
 - inplace_after: keeps ``output.detach()`` of every call and decides after ``run()``, when an
@@ -113,7 +114,19 @@ def _as_channel_list(got):
         return got
 
 
-def _expect_dead(t: Tester, got, expected: list[int], what: str, nudge: str) -> None:
+_NEVER_POSITIVE = ("a channel is dead when its output is never above zero: a ReLU's zeros are not firing, "
+                   "so test output > 0 (not >= 0) and keep the channels that were never True")
+
+
+def _nudge_for(got_list, expected: list[int], extra: list[int], nudge: str) -> str:
+    """``nudge`` where the answer named the ``extra`` channels dead too (the mistake it is about);
+    otherwise what a missed dead channel says: its test counts zeros as firing."""
+    if isinstance(got_list, list) and not set(expected) <= set(got_list):
+        return _NEVER_POSITIVE
+    return nudge if not isinstance(got_list, list) or set(extra) & set(got_list) else _NEVER_POSITIVE
+
+
+def _expect_dead(t: Tester, got, expected: list[int], what: str, nudge: str, extra: list[int] = ()) -> None:
     t.expect_type(got, list, what=what,
                   nudge="return a list of ints: [int(c) for c in torch.nonzero(~alive).flatten()]")
     nested = [c for c in got if isinstance(c, (list, tuple)) or (isinstance(c, torch.Tensor) and c.dim() > 0)]
@@ -122,7 +135,8 @@ def _expect_dead(t: Tester, got, expected: list[int], what: str, nudge: str) -> 
         ".tolist() is a list of one-element lists; flatten it first, [int(c) for c in "
         "torch.nonzero(~alive).flatten()]"))
     got_list = _as_channel_list(got)
-    t.expect(got_list == expected, what=what, expected=expected, got=got, nudge=nudge)
+    t.expect(got_list == expected, what=what, expected=expected, got=got,
+             nudge=_nudge_for(got_list, expected, list(extra), nudge) if extra else nudge)
 
 
 @exercise.case("a channel that fires only during the second of three calls")
@@ -142,7 +156,7 @@ def _(answer, t: Tester) -> None:
         "then the channel count comes from the first output"))
     _expect_dead(t, got, [1, 4], "dead_channels(...) over three calls", (
         "channel 2 fired during the second call only, so it is alive: combine every call "
-        "(alive = alive | fired), do not keep only the last one"))
+        "(alive = alive | fired), do not keep only the last one"), extra=[2])
 
 
 @exercise.case("a channel that fires for the third example of a batch only")
@@ -153,7 +167,7 @@ def _(answer, t: Tester) -> None:
     got = answer(model, model[1], lambda: [model(x) for x in xs])
     _expect_dead(t, got, [1, 4], "dead_channels(...) over one call", (
         "channel 2 fired for one example of the batch, so it is alive: look at every example "
-        "(reduce dim 0 with .any) and every position"))
+        "(reduce dim 0 with .any) and every position"), extra=[2])
 
 
 @exercise.case("a ReLU inside a deeper model, hooked while a real training loop runs")
@@ -274,7 +288,7 @@ def _reduce(output, how):
     """One bool per channel: "channels" (dimension 1, any number of dimensions), "4d"
     (amax over 0, 2, 3), "old" (.any(dim=0).flatten(1): needs a dimension after the channels),
     "nonzero" (!= 0), "mean" (the mean above 0),
-    "first" (the first example only), "above1" (> 1 instead of > 0)."""
+    "first" (the first example only), "above1" (> 1 instead of > 0), "atleast0" (>= 0)."""
     if how == "4d":
         return output.amax(dim=(0, 2, 3)) > 0
     if how == "old":
@@ -285,6 +299,8 @@ def _reduce(output, how):
         return output.transpose(0, 1).flatten(1).mean(dim=1) > 0
     if how == "first":
         return (output[:1] > 0).transpose(0, 1).flatten(1).any(dim=1)
+    if how == "atleast0":
+        return (output >= 0).transpose(0, 1).flatten(1).any(dim=1)
     return (output > (1 if how == "above1" else 0)).transpose(0, 1).flatten(1).any(dim=1)
 
 
@@ -336,6 +352,8 @@ exercise.wrong("reduces with .any(dim=0).flatten(1): needs a dimension after the
 exercise.wrong("counts a channel as fired only above 1", mentions="channel 5 gives 1e-7")(_dead(how="above1"))
 exercise.wrong("counts a channel as fired when its output is nonzero", mentions="never above zero")(
     _dead(how="nonzero"))
+exercise.wrong("counts a channel as fired when its output is >= 0 (a ReLU's zeros fire)",
+               mentions="not >= 0")(_dead(how="atleast0"))
 exercise.wrong("counts a channel as fired when its mean output is above zero", mentions="whatever its mean")(
     _dead(how="mean"))
 exercise.wrong("keeps output.detach() of every call and decides after run()", mentions="in-place op after",

@@ -8,6 +8,9 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - technique: rebinds ``output`` without returning it; ``clamp(output, v)`` with a positional ``v``
   (a minimum); runs ``model.forward(x)``, which skips the hooks of the model itself (``layer`` may
   be the model); an arithmetic clamp with a 0/1 mask (``inf * 0`` is ``nan``);
+- technique: ``F.hardtanh(output, max_val=v)`` (its ``min_val`` is -1) or ``clamp(min=-1, max=v)``:
+  a minimum of -1 too, which only a layer whose values below -1 reach the result shows (nn.Identity
+  before a Linear, an x with -3 in it);
 - detached: runs the model under ``torch.no_grad()`` or returns ``model(x).detach()``: the result
   has no graph, so backward through it fails;
 - left_as_found: switches the model to ``eval()`` and leaves it there, or calls ``model.train()``
@@ -58,7 +61,8 @@ exercise = Exercise(
     guide="""leaving the hook attached; `clamp_` in place, which edits the caller's `x` when the layer
     returns its input itself (`nn.Identity`, `Dropout` in eval mode); rebinding without
     returning; `clamp(output, v)` with a positional `v`, which sets a *minimum* (write
-    `clamp(max=v)`). The check also catches running the model under `torch.no_grad()` or
+    `clamp(max=v)`); `F.hardtanh(output, max_val=v)` or `clamp(min=-1, max=v)`, which also raise
+    the values below -1 to -1. The check also catches running the model under `torch.no_grad()` or
     returning `model(x).detach()` (backward through the result fails), `clamp_` on a Sigmoid's
     output (backward fails), `model.forward(x)` (the model's own hooks never fire, so clamping the
     model itself does nothing), switching the model to `eval()` or back to `train()` (an eval-mode
@@ -103,14 +107,19 @@ def _(answer, t: Tester) -> None:
 def _(answer, t: Tester) -> None:
     with seeded(5):
         model = t.track(nn.Sequential(nn.Identity(), nn.Linear(4, 2)), "an Identity-Linear net")
-    x = torch.tensor([[-1.0, 0.5, 2.0, float("inf")]])
+    x = torch.tensor([[-3.0, 0.5, 2.0, float("inf")]])   # -3.0: below hardtanh's default min_val of -1
     before = x.clone()
     got = answer(model, x, model[0], 1.0)
     t.expect(torch.equal(x, before), what="the caller's x after clamped_output", expected=before, got=x,
              nudge=("you changed the caller's tensor: nn.Identity returns its input itself, so an "
                     "in-place clamp_ on its output edits x. Return output.clamp(max=...) instead"))
-    t.expect_close(got, model[1](torch.tensor([[-1.0, 0.5, 1.0, 1.0]])).detach(),
-                   what="clamped_output(model, x, model[0], 1.0)", nudge=(
+    t.expect_close(got, model[1](torch.tensor([[-3.0, 0.5, 1.0, 1.0]])).detach(),
+                   what="clamped_output(model, x, model[0], 1.0)", wrong={
+                       "a minimum too": (model[1](torch.tensor([[-1.0, 0.5, 1.0, 1.0]])).detach(), (
+                           "you also raised the values below -1 to -1: F.hardtanh (its min_val is -1 by "
+                           "default) and clamp(min=-1, max=...) set a minimum too. Values below max_value "
+                           "stay as they are: write output.clamp(max=max_value)")),
+                   }, nudge=(
                        "clamp the Identity's output at 1.0, inf included (inf becomes 1.0; a 0/1 mask "
                        "gives inf * 0 = nan), and let the Linear see the clamped values"))
 
@@ -203,7 +212,8 @@ def _(answer, t: Tester) -> None:
 def _clamper(*, hook="clamp", remove="finally", run="call", eval_mode=False, train_after=False):
     """One factory for the near-copy wrong answers: what the hook does ("clamp", "clamp_": in place,
     "rebind": assigns and returns nothing, "min": clamp(output, v), "mask": output * (1 - over) +
-    v * over), how it goes ("finally", "with": the handle as a context manager, "after": not in a
+    v * over, "hardtanh": F.hardtanh(output, max_val=v), "floor": clamp(min=-1, max=v)), how it goes
+    ("finally", "with": the handle as a context manager, "after": not in a
     finally block, "never", "self": the hook removes itself when it first fires), how the model
     runs ("call", "forward": model.forward(x), "no_grad", "detach", "no_return"), whether the
     model is switched to eval() first, and whether it is switched to train() afterwards."""
@@ -218,6 +228,10 @@ def _clamper(*, hook="clamp", remove="finally", run="call", eval_mode=False, tra
                 return None
             if hook == "min":
                 return torch.clamp(output, max_value)
+            if hook == "hardtanh":
+                return torch.nn.functional.hardtanh(output, max_val=max_value)
+            if hook == "floor":
+                return output.clamp(min=-1, max=max_value)
             if hook == "mask":
                 over = (output > max_value).to(output.dtype)
                 return output * (1 - over) + max_value * over
@@ -268,6 +282,10 @@ exercise.wrong("runs model.forward(x)", mentions="skips them", hidden=True)(_cla
 exercise.wrong("switches the model to eval()", mentions="as you found it")(_clamper(eval_mode=True))
 exercise.wrong("calls model.train() afterwards", mentions="as you found it")(_clamper(train_after=True))
 exercise.wrong("clamps with a 0/1 mask", mentions="nan")(_clamper(hook="mask"))
+exercise.wrong("clamps with F.hardtanh(output, max_val=max_value) (min_val is -1)",
+               mentions="raised the values below -1")(_clamper(hook="hardtanh"))
+exercise.wrong("clamps with output.clamp(min=-1, max=max_value)",
+               mentions="raised the values below -1")(_clamper(hook="floor"))
 
 
 @exercise.wrong("runs the model twice (a plain run first)", mentions="exactly once", hidden=True)

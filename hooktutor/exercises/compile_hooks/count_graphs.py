@@ -7,7 +7,12 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   graphs of one call only
   (``torch._dynamo.explain``), which misses the recompiles of later calls; compiles with the
   default backend (code generation: slow, and not what is asked), or a named backend with Dynamo's
-  private counter (``torch._dynamo.utils.counters``) in place of a backend of one's own;
+  private counter (``torch._dynamo.utils.counters``) in place of a backend of one's own, or a
+  backend of one's own that counts nothing (``lambda gm, example_inputs: gm.forward``) with that
+  counter read for the count (it counts every compile of the process: the check adds to it while
+  the answer runs, one for each graph the answer's backend gets, and takes that off again after);
+  a backend of one's own registered with ``torch._dynamo.register_backend(name=...)`` and passed
+  by its name is right (the check resolves the name through Dynamo's registry);
 - repeat: keeps what was compiled before (no ``torch._dynamo.reset()`` first): the answer's new
   ``torch.compile`` with its own backend does not reuse that code (it compiles again), but the
   earlier compile holds a slot of Dynamo's limit of compiled versions per function: at the limit,
@@ -165,7 +170,7 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
                     t.expect(fired == [1] * calls, what="(the check's own run)", expected=calls, got=len(fired),
                              nudge="")
                 fired.clear()
-                with torch.no_grad(), _backends_passed() as backends:
+                with torch.no_grad(), _backends_passed(answer) as backends:
                     got = answer(model, x, calls)
             # (no HookWitness on the model: its counting pre-hook would be compiled in, and a hook
             # that counts in Python makes every call compile again)
@@ -179,38 +184,128 @@ def _run(answer, t: Tester, build, x: torch.Tensor, calls: int, *, hook: bool = 
                          "model.compile() compiles the caller's model in place, for good, and on a module whose "
                          "forward is torch.nn's (an nn.Sequential) it may trace nothing at all: compile a wrapper "
                          "with torch.compile(model, backend=...)"))
+            private = ("count in a backend of your own, the graphs it receives: Dynamo's counters "
+                       "(torch._dynamo.utils.counters) are private and count every compile of the process, "
+                       "not only your answer's")
+            t.expect(got == want or got not in backends.counted, what=what, expected=want, got=got, nudge=(
+                f"{private} (the check added to them while your answer ran)"))
             t.expect(got == want, what=what, expected=want, got=got, nudge=(
                 "count every graph your backend receives, over all the calls, starting from nothing compiled: "
                 "a hook that appends to a list can make a call compile again, and a graph break can give a "
                 "compile more than one graph"))
-            t.expect(any(callable(b) for b in backends), what="the backends your answer compiled with",
-                     expected="a function of yours (gm, example_inputs)", got=[b if isinstance(b, str) else
-                                                                                type(b).__name__ for b in backends],
-                     nudge=("count with a backend of your own, passed as torch.compile(model, backend=your_function): "
-                            "a counter of Dynamo's own (torch._dynamo.utils.counters) is private, and a named "
-                            "backend (\"eager\", \"inductor\") hands you nothing to count"))
+            mine = any(callable(b) or (isinstance(b, str) and b in backends.own) for b in backends)
+            t.expect(mine, what="the backends your answer compiled with",
+                     expected="a function of yours (gm, example_inputs)",
+                     got=[b if isinstance(b, str) else type(b).__name__ for b in backends],
+                     nudge=("count with a backend of your own, passed as torch.compile(model, backend=your_function) "
+                            "(or registered with torch._dynamo.register_backend and passed by its name): a counter "
+                            "of Dynamo's own (torch._dynamo.utils.counters) is private, and a named backend of "
+                            "torch's (\"eager\", \"inductor\") hands you nothing to count"))
+            t.expect(got == backends.calls, what="the graphs your backend received", expected=got,
+                     got=backends.calls, nudge=private)
         finally:
             if handle is not None:
                 handle.remove()
             torch._dynamo.reset()
 
 
+class _Passed(list):
+    """The backends an answer passed to ``torch.compile``, and what they did: ``calls``, how often
+    the answer's own backends were called (one graph each); ``own``, the names of backends of the
+    answer's own it passed by name; ``counted``, what Dynamo's private counters of graphs and frames
+    read when the answer returned (the check adds one to each for each call of the answer's
+    backend: read as a count, each is twice the truth)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls, self.own, self.counted = 0, set(), ()
+
+
+# Dynamo's private counters of compiled graphs and frames: what an answer might read in place of
+# counting in its backend (each equals the number of graphs on the cases' models)
+_PRIVATE_COUNTS = (("stats", "unique_graphs"), ("frames", "ok"), ("frames", "total"))
+
+
+def _torchs(fn) -> bool:
+    """A backend of torch's own (``torch._dynamo.backends.debugging.eager``, ``inductor``): not one
+    that an answer wrote."""
+    module = getattr(fn, "__module__", None) or type(fn).__module__ or ""
+    return module == "torch" or module.startswith("torch.")
+
+
 @contextlib.contextmanager
-def _backends_passed():
+def _registry_kept(answer):
+    """Dynamo's registry of backend names (``torch._dynamo.register_backend``) as it was before the
+    block, after it: a name the answer registers does not stay registered (torch has no public way
+    to unregister one: the private dicts of ``torch._dynamo.backends.registry`` are restored). A
+    name registered to a function defined inside ``answer`` by an earlier run of it (a run of the
+    check's variants, which no block covers) is stale and is dropped first: the answer can
+    register it again."""
+    from torch._dynamo.backends import registry
+    tables = [d for d in (getattr(registry, "_COMPILER_FNS", None), getattr(registry, "_BACKENDS", None))
+              if isinstance(d, dict)]
+    inside = f"{getattr(answer, '__qualname__', '')}.<locals>."
+    module = getattr(answer, "__module__", None)
+    for name, fn in list(tables[0].items()) if tables else ():
+        if getattr(fn, "__module__", None) == module and getattr(fn, "__qualname__", "").startswith(inside):
+            for d in tables:
+                d.pop(name, None)
+    saved = [dict(d) for d in tables]   # (the stale names dropped for good)
+    try:
+        yield
+    finally:
+        for d, before in zip(tables, saved):
+            d.clear()
+            d.update(before)
+
+
+@contextlib.contextmanager
+def _backends_passed(answer=None):
     """The ``backend`` of every ``torch.compile`` call made in the block (the default's name, where
-    none is given), collected by a stand-in for ``torch.compile`` put back in a ``finally``."""
-    backends: list = []
+    none is given), collected by a stand-in for ``torch.compile`` put back in a ``finally``. A
+    backend that is a callable, or a name registered to a function not torch's (the answer's own,
+    resolved with ``torch._dynamo.lookup_backend``), is passed on wrapped: each call of it is
+    counted, and adds one to each of Dynamo's private counters of graphs (taken off again at the
+    end), so that an answer that reads those counts twice the truth, not the truth."""
+    from torch._dynamo.utils import counters
+    backends = _Passed()
     real = torch.compile
+    added = [0]
+
+    def counted(fn):
+        def backend(gm, example_inputs):
+            compiled = fn(gm, example_inputs)
+            backends.calls += 1
+            for group, key in _PRIVATE_COUNTS:
+                counters[group][key] += 1
+            added[0] += 1
+            return compiled
+        return backend
 
     def recording(*args, **kwargs):
-        backends.append(kwargs.get("backend", "inductor"))
+        backend = kwargs.get("backend", "inductor")
+        backends.append(backend)
+        if isinstance(backend, str):
+            try:
+                fn = torch._dynamo.lookup_backend(backend)
+            except Exception:   # noqa: BLE001 - no such name: torch.compile says so itself
+                fn = None
+            if fn is not None and not _torchs(fn):
+                backends.own.add(backend)
+                kwargs["backend"] = counted(fn)
+        elif callable(backend):
+            kwargs["backend"] = counted(backend)
         return real(*args, **kwargs)
 
     torch.compile = recording
     try:
-        yield backends
+        with _registry_kept(answer) if answer is not None else contextlib.nullcontext():
+            yield backends
     finally:
         torch.compile = real
+        backends.counted = tuple(counters[group][key] for group, key in _PRIVATE_COUNTS)
+        for group, key in _PRIVATE_COUNTS:
+            counters[group][key] = max(0, counters[group][key] - added[0])
 
 
 @exercise.case("an MLP whose first layer has a hook that appends to a list, called three times")
@@ -301,6 +396,40 @@ def _dynamo_counter(model, x, calls):
     for _ in range(calls):
         compiled(x)
     return counters["stats"]["unique_graphs"]
+
+
+@exercise.wrong("a backend of its own that counts nothing, and Dynamo's private counter read for the count",
+                mentions="Dynamo's counters (torch._dynamo.utils.counters) are private")
+def _own_backend_dynamo_counter(model, x, calls):
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, backend=lambda gm, example_inputs: gm.forward)
+    for _ in range(calls):
+        compiled(x)
+    return counters["stats"]["unique_graphs"]
+
+
+@exercise.right("a counting backend registered with torch._dynamo.register_backend(name=...), passed by its name")
+def _registered_backend(model, x, calls):
+    graphs = []
+    name = "hooktutor_count_graphs_right"
+
+    @torch._dynamo.register_backend(name=name)
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    try:
+        torch._dynamo.reset()
+        compiled = torch.compile(model, backend=name)
+        for _ in range(calls):
+            compiled(x)
+        return len(graphs)
+    finally:   # torch has no public way to unregister a name: its registry's private dicts
+        from torch._dynamo.backends import registry
+        registry._COMPILER_FNS.pop(name, None)
+        registry._BACKENDS.pop(name, None)
 
 
 @exercise.wrong("compiles the model in place with model.compile()", mentions="model.compile()")

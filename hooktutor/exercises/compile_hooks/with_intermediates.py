@@ -14,7 +14,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - nested: a layer inside a nested ``Sequential`` is a node whose target is its dotted path
   (``encoder.body.0``), not the child's name;
 - order: the names asked for in another order than the layers run;
-- dtype: a float64 model;
+- dtype: a float64 model, whose intermediates must stay float64: a copy made with ``.float()``
+  (``node.float()`` then ``clone``) is close in value, so the check compares the dtypes too;
 - repeat: the returned module, called twice, gives fresh values each time (no state kept).
 
 Right alternatives the check must accept (``tests/test_exercises_compile_hooks.py``): tracing a
@@ -119,6 +120,14 @@ def _expect_graph_alone(t: Tester, gm: torch.fx.GraphModule) -> None:
                  "the model's output"))
 
 
+def _expect_dtype(t: Tester, got: object, want: torch.Tensor, *, what: str) -> None:
+    """A tensor ``got`` in ``want``'s dtype (what is not a tensor is said by the comparison after)."""
+    if isinstance(got, torch.Tensor):
+        t.expect(got.dtype == want.dtype, what=f"the dtype of {what}", expected=want.dtype, got=got.dtype, nudge=(
+            "keep the model's dtype: a copy is a clone of the layer's output (clone, or detach then clone), "
+            "with no .float() or .to(...) in between"))
+
+
 def _run(answer, t: Tester, model: nn.Module, x: torch.Tensor, names: list[str], *, inplace: str = "") -> None:
     want_out, want = _expected(model, x, names)
     t.track(model)
@@ -150,7 +159,9 @@ def _run(answer, t: Tester, model: nn.Module, x: torch.Tensor, names: list[str],
     t.expect(len(got) == 2 and isinstance(got[1], dict), what="gm(x)", expected="(output, dict)",
              got=f"a tuple of {len(got)}", nudge=("make the graph's output node return the pair (the model's "
                                                   "output, the dict of copies), then regenerate the code"))
-    # the same operations as the model itself: equal up to float rounding (1e-6)
+    # the same operations as the model itself: equal up to float rounding (1e-6), in the model's dtype
+    # (a float32 copy of a float64 value is as close as that: the dtype is compared on its own)
+    _expect_dtype(t, got[0], want_out, what="gm(x)[0]")
     t.expect_close(got[0], want_out, what="gm(x)[0]", atol=1e-6, rtol=1e-5, nudge="the model's output comes first")
     t.expect(sorted(got[1]) == sorted(names), what="the names in gm(x)[1]", expected=sorted(names),
              got=sorted(got[1]), nudge="match node.target, the module's dotted path (not node.name)")
@@ -158,6 +169,7 @@ def _run(answer, t: Tester, model: nn.Module, x: torch.Tensor, names: list[str],
         mistake = {"in place": (torch.relu(want[n]), (
             f"{inplace} runs in place right after it and overwrote the value you returned: return a copy, a "
             "clone node inserted right after the layer"))} if n == inplace.split(" ")[0] else {}
+        _expect_dtype(t, got[1][n], want[n], what=f"gm(x)[1][{n!r}]")
         t.expect_close(got[1][n], want[n], what=f"gm(x)[1][{n!r}]", atol=1e-6, rtol=1e-5, wrong=mistake,
                        nudge="the output of that layer's call")
         t.expect_close(again[1][n], want[n], what=f"gm(x)[1][{n!r}] on a second call", atol=1e-6, rtol=1e-5,
@@ -189,16 +201,22 @@ def _(answer, t: Tester) -> None:
     _run(answer, t, model, x, ["head", "encoder.body.2", "encoder.body.0"])
 
 
-def _rewrite(model, names, *, copy: bool = True, match=lambda node: node.target, recompile: bool = True):
-    """One factory for the near-copy wrong answers."""
+def _rewrite(model, names, *, copy: bool = True, match=lambda node: node.target, recompile: bool = True,
+             cast: str = ""):
+    """One factory for the near-copy wrong answers (``cast``: a method, ``"float"``, called on the
+    layer's output before the clone)."""
     gm = torch.fx.symbolic_trace(model)
     graph = gm.graph
     kept = {}
     for node in list(graph.nodes):
         if node.op == "call_module" and match(node) in names:
             if copy:
-                with graph.inserting_after(node):
-                    kept[match(node)] = graph.call_method("clone", (node,))
+                source = node
+                if cast:
+                    with graph.inserting_after(node):
+                        source = graph.call_method(cast, (node,))
+                with graph.inserting_after(source):
+                    kept[match(node)] = graph.call_method("clone", (source,))
             else:
                 kept[match(node)] = node
     output = next(node for node in graph.nodes if node.op == "output")
@@ -211,6 +229,12 @@ def _rewrite(model, names, *, copy: bool = True, match=lambda node: node.target,
 @exercise.wrong("returns the layer's node itself, no copy", mentions="overwrote the value you returned")
 def _no_copy(model, names):
     return _rewrite(model, names, copy=False)
+
+
+@exercise.wrong("copies each output with .float() then clone (float32 copies of a float64 model's values)",
+                mentions="keep the model's dtype", hidden=True)
+def _float_copy(model, names):
+    return _rewrite(model, names, cast="float")
 
 
 @exercise.wrong("forgets gm.recompile()", mentions="gm.recompile()")

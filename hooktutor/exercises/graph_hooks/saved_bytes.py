@@ -11,6 +11,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   without ``always_call=True``, so a module that raised (and whose error the model caught) stays
   "running" and gets the bytes saved after it;
 - dtype: ``numel() * 4`` (float32's size) instead of ``element_size()``, wrong for float64;
+- dtype: counts only the floating-point tensors (``if tensor.is_floating_point()``), but a max-pool
+  saves the int64 indices of its maxima (an embedding its int64 indices);
 - alias: ``untyped_storage().nbytes()``: a saved view (a slice) counts its whole storage;
 - an entry of 0 bytes for every module (the task leaves out the modules that saved nothing);
 - repeat: a dict kept outside the function, or hooks left from the first run, add up over calls.
@@ -93,7 +95,8 @@ exercise = Exercise(
     model, keeps the bytes saved after it); `numel() * 4` instead of `element_size()` (a
     float64 model saves 8 bytes an element); an entry of 0 bytes for every module (the task
     leaves them out); counting each saved tensor's whole storage,
-    `untyped_storage().nbytes()` (a saved slice counts the tensor it was cut from).""",
+    `untyped_storage().nbytes()` (a saved slice counts the tensor it was cut from); counting
+    only the floating-point tensors (a max-pool saves the int64 indices of its maxima too).""",
 )
 
 
@@ -111,9 +114,10 @@ class _Gated(nn.Module):
 
 
 def _gated_model(seed: int) -> nn.Module:
+    """``head(pool(block(x)))``: the max-pool saves its input and the int64 indices of its maxima."""
     with seeded(seed):
-        head = nn.Linear(4, 2)
-    return nn.Sequential(OrderedDict(block=_Gated(seed), head=head))
+        head = nn.Linear(2, 2)
+    return nn.Sequential(OrderedDict(block=_Gated(seed), pool=nn.MaxPool1d(2), head=head))
 
 
 def _what_else(model: nn.Module, x: torch.Tensor, variant: str) -> dict:
@@ -224,9 +228,13 @@ def _(answer, t: Tester) -> None:
     _expect_no_hooks_left(t, model)
 
 
-@exercise.case("a block that computes tanh(lin(x)) * gate itself, inside a model", hidden=True)
+@exercise.case("a block that computes tanh(lin(x)) * gate itself, then a max-pool (it saves int64 indices), "
+               "inside a model", hidden=True)
 def _(answer, t: Tester) -> None:
-    _bytes_case(answer, t, lambda: _gated_model(5), kit.randn(3, 4, seed=5), "saved_bytes(gated, x)")
+    _bytes_case(answer, t, lambda: _gated_model(5), kit.randn(3, 4, seed=5), "saved_bytes(gated, x)", mistaken={
+        "floats only": (_floats_only, (
+            "autograd saves integer tensors too (a max-pool saves the int64 indices of its maxima): count "
+            "numel() * element_size() of every tensor pack receives, whatever its dtype"))})
 
 
 class _Halves(nn.Module):
@@ -386,6 +394,15 @@ exercise.wrong("counts 4 bytes an element (float32's size)", mentions="8 bytes a
 
 def _storage_bytes(model, x):
     return _count_with(model, x, list(model.named_modules()), size=lambda tensor: tensor.untyped_storage().nbytes())
+
+
+def _floats_only(model, x):
+    return _count_with(model, x, list(model.named_modules()),
+                       size=lambda tensor: _nbytes(tensor) if tensor.is_floating_point() else 0)
+
+
+exercise.wrong("counts only the floating-point tensors (if tensor.is_floating_point())",
+               mentions="saves integer tensors too", hidden=True)(_floats_only)
 
 
 exercise.wrong("counts the bytes of each saved tensor's whole storage", mentions="not the bytes of the whole storage",

@@ -19,7 +19,11 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - generate's arguments: no ``min_new_tokens`` (generation stops once every sequence has produced the
   model's EOS: a case whose EOS is its second greedy choice); only the new tokens returned instead of
   what ``generate()`` returned;
-- nd: batches of one and two sequences, one and four new tokens.
+- nd: batches of one and two sequences, one and four new tokens;
+- left_as_found: ``model.generation_config.max_new_tokens``, ``min_new_tokens`` and ``do_sample`` set on
+  the caller's model and left there, then ``model.generate(input_ids)`` (right ids and states, but the
+  caller's model generates differently afterwards): the check compares ``generation_config.to_dict()``
+  before and after.
 """
 
 from __future__ import annotations
@@ -86,7 +90,9 @@ exercise = Exercise(
     the lengths of the calls); no hook during `generate()` and one forward afterwards (the
     check looks at which calls had a hook on the block); no `min_new_tokens` (generation stops once
     every sequence has produced the model's EOS); only the new tokens returned instead of the whole
-    sequences that `generate()` returned.""",
+    sequences that `generate()` returned; the settings written into `model.generation_config`
+    (`max_new_tokens`, `min_new_tokens`, `do_sample`) instead of passed to `generate()`, which
+    changes how the caller's model generates afterwards.""",
 )
 
 
@@ -125,9 +131,17 @@ def _tokens_case(answer: Callable, t: Tester, model, ids: torch.Tensor, name: st
                  decoder: bool = False) -> None:
     block = model.get_submodule(name)
     t.track(model)
+    config = model.generation_config.to_dict()
     with _HookedCalls(block) as witness:
         got = answer(model, ids, block, new)
     what = f"new_token_states(model, ids, {name}, {new})"
+    after = model.generation_config.to_dict()
+    changed = {k: after.get(k) for k in sorted(set(config) | set(after)) if config.get(k) != after.get(k)}
+    t.expect(not changed, what="model.generation_config after your answer", expected="as it was",
+             got=f"changed: {changed}", nudge=(
+                 "leave the caller's model as you found it: pass the generation settings as arguments to "
+                 "generate() (max_new_tokens=..., min_new_tokens=..., do_sample=False) instead of changing "
+                 "model.generation_config, which changes every later generate() of the caller's model"))
     t.expect_type(got, tuple, what=what, nudge="return (the generated ids, the states)")
     t.expect(len(got) == 2, what=f"the length of what {what} returned", expected=2, got=len(got),
              nudge="return (the generated ids, the states)")
@@ -256,6 +270,20 @@ def _tokens_new_ids_only(model, input_ids, block, new_tokens):
 def _generate_and_keep(model, input_ids, block, new_tokens):
     states = []
     sequences = _generate_with(model, input_ids, block, new_tokens, lambda m, a, o: states.append(first(o)[:, -1]))
+    return sequences, torch.stack(states, dim=1)
+
+
+@exercise.wrong("sets model.generation_config's max_new_tokens, min_new_tokens and do_sample, left changed",
+                mentions="instead of changing model.generation_config")
+def _tokens_config_changed(model, input_ids, block, new_tokens):
+    config = model.generation_config
+    config.max_new_tokens, config.min_new_tokens, config.do_sample = new_tokens, new_tokens, False
+    states = []
+    handle = block.register_forward_hook(lambda m, a, o: states.append(first(o)[:, -1]))
+    try:
+        sequences = model.generate(input_ids)
+    finally:
+        handle.remove()
     return sequences, torch.stack(states, dim=1)
 
 

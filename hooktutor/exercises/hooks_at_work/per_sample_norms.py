@@ -19,15 +19,17 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
   for 2-D and 3-D only (the task admits any number of middle dimensions: a 4-D input is checked);
 - dtype: float64 model and input (a float32 accumulator of one's own);
 - nested: walks ``named_children()`` and misses the Linears inside submodules; ``type(m) is
-  nn.Linear`` misses a subclass of nn.Linear (``nn.MultiheadAttention``'s ``out_proj`` is one);
+  nn.Linear`` misses a subclass of nn.Linear (a user-defined one, a LoRA-style layer);
 - raises, repeat: hooks removed outside ``finally:``; state (the kept inputs, the sums) kept
   across calls, which adds up, or keeps activations alive after the call (the check counts
   the tensors made during the calls that are still alive after them: detached copies of
   the inputs in a global dict, cleared at the next call, are caught there);
 - detached: a result that holds the autograd graph (computed outside backward from the kept,
   non-detached inputs);
-- technique: the backward run as ``torch.autograd.grad`` (the same hooks fire, no ``.grad`` is left;
-  the task asks for ``backward()``, which leaves the batch's gradient as a training step does);
+- technique: the backward run as ``torch.autograd.grad`` (the same hooks fire, ``.grad`` is left
+  as it was; the task asks for ``backward()``, which adds the batch's gradient as a training step does);
+- left_as_found: ``model.zero_grad()`` first (the caller's ``.grad``, halfway through a training step,
+  is lost: the check starts with a ``.grad`` filled and wants it plus the batch's gradient);
 - left_as_found: the inputs kept on each Linear (``module.activations``, Opacus style), popped in
   the backward hook and the (empty) list left there: the model is not as it was given.
 """
@@ -44,6 +46,8 @@ from ...models import seeded
 from .. import kit
 from ..backward_hooks._shared import (
     FullHookWitness,
+    _grads,
+    _halfway_through_a_step,
     _quiet,
     _with_sublinear,
     expect_full_hooks,
@@ -135,7 +139,8 @@ exercise = Exercise(
     task admits any number of middle dimensions); `torch.func` or a loop over the examples (right
     numbers, not hooks: the point is one forward and one backward for the batch); the legacy
     `register_backward_hook`; `torch.autograd.grad` instead of `backward()` (the same hooks fire,
-    but no `.grad` is left where the task asks for a training step's); `type(m) is nn.Linear`, which
+    but no `.grad` is added where the task asks for a training step's); `model.zero_grad()` first, which
+    loses the caller's accumulated `.grad`; `type(m) is nn.Linear`, which
     skips a subclass of nn.Linear; inputs (or copies of them) kept in a global across calls; inputs
     kept in a list attribute of each Linear, Opacus style, left there after the call; hooks left
     attached when the model raises. The warning "Full backward hook is firing when gradients are
@@ -173,8 +178,8 @@ def _mistakes(model: nn.Module, x: torch.Tensor, loss_fn: Callable,
         p is q for m in model.modules() if type(m) is nn.Linear for q in m.parameters())]
     skipped = {"no subclass": (
         torch.stack([_norm([g for i, g in enumerate(gs) if i not in of_subclasses]) for gs in grads]), (
-            "a Linear is missing: a subclass of nn.Linear is a Linear too (nn.MultiheadAttention's out_proj "
-            "is one): test isinstance(module, nn.Linear), not type(module) is nn.Linear"))} if of_subclasses else {}
+            "a Linear is missing: a subclass of nn.Linear is a Linear too (a user-defined one, a LoRA-style "
+            "layer): test isinstance(module, nn.Linear), not type(module) is nn.Linear"))} if of_subclasses else {}
     return skipped | {
         "mean": (torch.stack([_norm(gs) / n for gs in grads]), (
             "that is the gradient of the mean loss, divided by the batch size: the loss is a sum of "
@@ -224,6 +229,14 @@ def _expect_norms(t: Tester, got: object, ref: _Reference, what: str) -> None:
 
 def _squares(out: torch.Tensor) -> torch.Tensor:
     return (out - 0.5).pow(2).sum()
+
+
+def _batch_grads(model: nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What the task's ``_squares(model(x)).backward()`` adds to each ``.grad`` (torch.autograd.grad:
+    the model's ``.grad`` untouched)."""
+    named = list(model.named_parameters())
+    grads = torch.autograd.grad(_squares(model(x)), [p for _, p in named])
+    return {n: g.detach() for (n, _), g in zip(named, grads)}
 
 
 def _call(answer: Callable, model: nn.Module, x: torch.Tensor, loss_fn: Callable = _squares) -> object:
@@ -337,6 +350,8 @@ def _(answer, t: Tester) -> None:
     model = t.track(kit.Twice(seed=7), "a model whose forward calls `block` twice")
     x = kit.randn(3, 4, seed=7)
     ref = _Reference(model, x)
+    _halfway_through_a_step(model, kit.randn(2, 4, seed=70))   # the caller's .grad, filled: it must survive
+    before, added = _grads(model), _batch_grads(model, x)
     with FullHookWitness({"block": model.block, "out": model.out}) as seen:
         found = kit.LeftAsFound(t, model)
         found.__enter__()
@@ -353,12 +368,23 @@ def _(answer, t: Tester) -> None:
                  "the other ways, not this exercise's)"))
     expect_full_hooks(t, seen)
     _expect_norms(t, got, ref, "per_sample_norms(twice, x, loss_fn)")
-    empty = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is None]
-    t.expect(not empty, what="the .grad of the model's parameters after per_sample_norms",
-             expected="the batch's gradient, left by loss.backward()", got=f"None on {', '.join(empty)}", nudge=(
-                 "run the backward as loss_fn(model(x)).backward(), as the task says: it leaves the batch's "
-                 "gradient in .grad as a training step does (torch.autograd.grad fires the same hooks but "
+    unchanged = [n for n, p in model.named_parameters() if p.requires_grad and p.grad is not None
+                 and torch.equal(p.grad, before[n])]
+    t.expect(not unchanged, what="the .grad of the model's parameters after per_sample_norms",
+             expected="what it held plus the batch's gradient, added by loss.backward()",
+             got=f"unchanged on {', '.join(unchanged)}", nudge=(
+                 "run the backward as loss_fn(model(x)).backward(), as the task says: it adds the batch's "
+                 "gradient to .grad as a training step does (torch.autograd.grad fires the same hooks but "
                  "fills no .grad)"))
+    for name, p in model.named_parameters():
+        want = before[name] + added[name]
+        # the same backward, with and without the answer's hooks (identities for the gradients): 1e-5
+        # relative is far below what a lost .grad changes (the whole earlier gradient, of order 1)
+        ok = p.grad is not None and p.grad.shape == want.shape and torch.allclose(p.grad, want, rtol=1e-5, atol=1e-7)
+        t.expect(ok, what=f"{name}.grad after per_sample_norms", expected=want, got=p.grad, nudge=(
+            "leave the caller's .grad as a training step does: loss_fn(model(x)).backward() adds the batch's "
+            "gradient to what .grad held (the model may be halfway through a step). Do not zero the caller's "
+            "gradients (no model.zero_grad()), before or after"))
     found.expect_as_found()
     expect_input_as_found(t, x, "per_sample_norms(twice, x, loss_fn)")
 
@@ -483,6 +509,13 @@ def _loop(model, x, loss_fn):
 
 
 exercise.wrong("the legacy register_backward_hook", mentions="legacy hook", hidden=True)(_hooked(register="legacy"))
+
+
+@exercise.wrong("model.zero_grad() first: the caller's accumulated .grad lost", mentions="do not zero",
+                hidden=True)
+def _zero_grad_first(model, x, loss_fn):
+    model.zero_grad()
+    return _hooked()(model, x, loss_fn)
 
 
 @exercise.wrong("torch.autograd.grad instead of loss.backward(): no .grad left",

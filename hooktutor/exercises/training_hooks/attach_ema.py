@@ -16,6 +16,8 @@ Half-right answers an examiner expects, by kit dimension (``kit.DIMENSIONS``):
 - detached: ``p.clone()`` without ``detach()``, or the update without ``torch.no_grad()``: the
   averages hold an autograd graph that grows with every step;
 - dtype: float32 copies of float64 parameters (``torch.zeros(p.shape)``, ``.float()``);
+- dtype: float64 copies, but the update computed in float32 (``avg.copy_(decay * avg.float() +
+  (1 - decay) * p.float())``): off in the eighth digit, which only a float64 tolerance shows;
 - reattach / left_as_found: two averages on one optimizer (each call adds exactly one hook and
   keeps its own decay); a handle that does not remove the hook (the optimizer keeps a hook once
   the handle is removed); more hooks than the one asked for;
@@ -83,7 +85,8 @@ exercise = Exercise(
     (`decay` belongs to the old average); starting the averages at zero; keeping the parameters
     themselves instead of copies (the step changes them in place); `p.clone()` without `detach()`,
     or the update outside `torch.no_grad()` (the averages hold a graph that grows every step);
-    float32 copies of float64 weights; wrapping `optimizer.step` instead of registering a hook, or
+    float32 copies of float64 weights, or float64 copies updated in float32 arithmetic
+    (`.float()`: off in the eighth digit); wrapping `optimizer.step` instead of registering a hook, or
     returning a handle that does not remove it; averaging the first param group only, the groups
     in another order, or only the parameters that train.""",
 )
@@ -188,8 +191,18 @@ def _expect_averages(t: Tester, averages: list, want: list[torch.Tensor], steps:
         kit.expect_detached(t, a, what=f"averages[{i}] after {steps} steps")
         # the reference loop computes the same formula another way round; 1e-6 admits that
         # rounding, far below what the mistakes give (one step behind, decay's weights swapped, a
-        # start at zero: 1e-3 and more here)
-        t.expect_close(a, w, what=f"averages[{i}] after {steps} steps", atol=1e-6, rtol=1e-5,
+        # start at zero: 1e-3 and more here). Float64 parameters are compared at float64's
+        # tolerance: the two ways round agree to 1e-15 relative (measured: 4e-16), while an update
+        # computed in float32 is off by 1e-7 relative and more
+        atol, rtol = (1e-12, 1e-12) if w.dtype == torch.float64 else (1e-6, 1e-5)
+        if (w.dtype == torch.float64 and isinstance(a, torch.Tensor) and a.shape == w.shape
+                and not torch.allclose(a.double(), w, atol=atol, rtol=rtol)
+                and torch.allclose(a.double(), w, atol=1e-6, rtol=1e-5)):
+            t.expect(False, what=f"averages[{i}] after {steps} steps", expected=w, got=a, nudge=(
+                "the parameters are float64 here and your average is off in the eighth digit: the arithmetic "
+                "lost float64 precision. Compute at the parameters' precision (no .float() of your own): "
+                "avg.mul_(decay).add_(p, alpha=1 - decay)"))
+        t.expect_close(a, w, what=f"averages[{i}] after {steps} steps", atol=atol, rtol=rtol,
                        wrong={v: (wrong[v][i], _MISTAKES[v]) for v in (wrong or {})},
                        nudge="after each of the first warmup steps: average = parameter; after each later "
                              "step: average = decay * average + (1 - decay) * parameter; in a step post-hook")
@@ -312,13 +325,14 @@ def _(answer, t: Tester) -> None:
 _SHARED_COUNT = [0]
 
 
-def _ema(*, hook="post", swapped=False, start="copy", groups="all", no_grad=True, warm="right"):
+def _ema(*, hook="post", swapped=False, start="copy", groups="all", no_grad=True, warm="right", in_float32=False):
     """One factory for the near-copy wrong answers: the hook kind ("post", "pre"), decay's
     weights swapped, how the averages start ("copy", "zeros", "itself": ``p.data``, "graph":
     ``p.clone()``), which parameters ("all", "first": the first param group, "reversed": the
     groups last first, "training": those that require grad), and whether the update runs under
     ``torch.no_grad()``; the warm-up ("right", "late": ``<`` one step more, "early": ``<``,
-    "frozen": the copies left alone, "shared": a step count kept outside the call)."""
+    "frozen": the copies left alone, "shared": a step count kept outside the call), and whether the
+    update computes in float32 (``avg.float()``, ``p.float()``) into averages of the parameters' dtype."""
     def answer(optimizer, decay, warmup):
         ps = {"all": lambda: params(optimizer),
               "first": lambda: list(optimizer.param_groups[0]["params"]),
@@ -338,6 +352,8 @@ def _ema(*, hook="post", swapped=False, start="copy", groups="all", no_grad=True
                 for avg, p in zip(averages, ps):
                     if warming and warm != "frozen":
                         avg.copy_(p)
+                    elif not warming and in_float32:
+                        avg.copy_(keep * avg.float() + new * p.float())
                     elif not warming:
                         avg.mul_(keep).add_(p, alpha=new)
 
@@ -360,6 +376,8 @@ exercise.wrong("keeps the parameters themselves instead of copies",
 exercise.wrong("copies with p.clone(), without detach()", mentions="holds the autograd graph")(_ema(start="graph"))
 exercise.wrong("updates the averages outside torch.no_grad()",
                mentions="holds the autograd graph")(_ema(no_grad=False))
+exercise.wrong("keeps float64 averages but computes the update in float32 (avg.float(), p.float())",
+               mentions="lost float64 precision")(_ema(in_float32=True))
 exercise.wrong("averages the first param group only", mentions="every param group",
                hidden=True)(_ema(groups="first"))
 exercise.wrong("averages only the parameters that require grad", mentions="also the parameters that do not train",
