@@ -160,3 +160,29 @@ def test_a_full_backward_hook_makes_an_in_place_op_on_the_output_raise():
     for mode in (torch.no_grad, torch.inference_mode):
         with model[0].register_full_backward_hook(lambda m, gi, go: None), mode():
             model(x)
+
+
+@pytest.mark.parametrize("setup", ["backward", "retain_graph", "unused head"])
+def test_a_backward_frees_what_a_kept_outputs_graph_saved_only_where_it_runs_through_it(setup):
+    """Lesson 13, cell 52 (the third fresh read's O3): a hook that keeps `output` keeps its graph; a
+    backward() through that output frees what its nodes saved (the input batch), one with
+    retain_graph=True does not, and neither does a backward that never reaches it (a head the loss
+    does not use)."""
+    import weakref
+
+    torch.manual_seed(0)
+    trunk, main, aux = nn.Linear(4, 4), nn.Linear(4, 2), nn.Linear(4, 2)
+    kept, alive = [], []
+    hooked = aux if setup == "unused head" else trunk
+    with hooked.register_forward_hook(lambda m, a, o: kept.append(o)):
+        for _ in range(5):
+            x = torch.randn(3, 4)
+            h = torch.relu(trunk(x))
+            pred = main(h)
+            side = aux(h)   # only the kept output uses it where setup == "unused head"
+            loss = pred.sum() + (0 if setup == "unused head" else side.sum())
+            loss.backward(retain_graph=setup == "retain_graph")
+            alive.append(weakref.ref(h if setup == "unused head" else x))
+            del x, h, pred, side, loss
+    living = sum(r() is not None for r in alive)
+    assert living == (0 if setup == "backward" else 5), (setup, living)

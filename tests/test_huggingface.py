@@ -585,3 +585,40 @@ def test_a_model_outputs_fields_none_left_out_the_cache_by_name_and_sdpa_attenti
     assert attentions
     if claims.expected("hf-sdpa-attentions-empty-tuple"):
         assert all(v == () for v in attentions.values()), attentions
+
+
+def test_an_in_place_steering_hook_after_transformers_hooks_shows_in_its_own_layers_entry(configs):
+    """Lesson 12, cells 65 and 69 (the third fresh read's O1): transformers' capture hooks keep the
+    layer's output itself, so a steering hook registered after them that returns a new tensor is
+    missing from its layer's entry of hidden_states, and one that edits the output in place is not."""
+    model = build(configs, "llama")
+    ids = torch.tensor([[5, 17, 42, 8, 99]])
+    layer = model.model.layers[0]
+    with torch.no_grad():
+        model(ids, output_hidden_states=True)   # the capture hooks are installed on the first call that asks
+        plain = model(ids, output_hidden_states=True).hidden_states[1].clone()
+        vector = torch.ones(plain.shape[-1])
+        shown = {}
+        for kind, hook in (("new", lambda m, a, o: o + vector), ("in place", lambda m, a, o: o.add_(vector))):
+            with layer.register_forward_hook(hook):
+                entry = model(ids, output_hidden_states=True).hidden_states[1]
+            shown[kind] = torch.allclose(entry, plain + vector)
+    assert shown == {"new": False, "in place": True}
+
+
+def test_prefill_chunk_size_splits_the_prompt_into_several_calls_of_each_block(configs):
+    """Lesson 12's recap (the third fresh read's O2): greedy generate() with the cache calls a block once
+    with the prompt and once per further token, without prefill_chunk_size; with it, the prompt is
+    several calls."""
+    from transformers import GenerationConfig
+
+    if not hasattr(GenerationConfig(), "prefill_chunk_size"):
+        pytest.skip(f"transformers {transformers.__version__} has no prefill_chunk_size")
+    model, ids = build(configs, "llama"), torch.tensor([[5, 17, 42, 8, 99, 31]])
+    lengths = {}
+    for label, extra in (("plain", {}), ("chunked", {"prefill_chunk_size": 2})):
+        seen = []
+        with model.model.layers[0].register_forward_hook(lambda m, a, o: seen.append(ht_first(o).shape[1])):
+            model.generate(ids, max_new_tokens=3, min_new_tokens=3, do_sample=False, **extra)
+        lengths[label] = seen
+    assert lengths == {"plain": [6, 1, 1], "chunked": [2, 2, 2, 1, 1]}

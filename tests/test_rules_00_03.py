@@ -456,3 +456,34 @@ def test_a_hook_on_a_view_is_dropped_by_an_in_place_operation_on_the_view(view):
     v.sum().backward()
     assert (got == []) == view
     assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_a_backward_hook_put_in_the_graph_inside_a_with_block_fires_after_it():
+    """00 cell 12 (the third fresh read's O3): the handle's `with` block detaches the hook at its end,
+    but a full backward hook that a forward inside the block put into the graph fires in a backward
+    run after the block, with no hook left on the module."""
+    torch.manual_seed(0)
+    layer, fired = nn.Linear(3, 2), []
+    x = torch.randn(4, 3, requires_grad=True)
+    with layer.register_full_backward_hook(lambda m, gi, go: fired.append(1)):
+        out = layer(x)
+    assert not layer._backward_hooks
+    out.sum().backward()
+    assert fired == [1]
+
+
+def test_a_late_hook_on_the_wrapper_torch_compile_returns_runs():
+    """02's recap (the third fresh read's O2): a late hook on a layer is skipped, one on the wrapper
+    that torch.compile returns runs: Python calls it around the compiled forward."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    compiled, fired = torch.compile(model, backend="eager"), []
+    try:
+        compiled(torch.ones(2, 4))
+        with compiled.register_forward_hook(lambda m, a, o: fired.append("wrapper")), \
+                model[0].register_forward_hook(lambda m, a, o: fired.append("layer")):
+            compiled(torch.ones(2, 4))
+    finally:
+        torch._dynamo.reset()
+    assert fired == ["wrapper"]

@@ -678,3 +678,32 @@ def test_a_forward_hook_that_returns_none_can_still_change_training(does):
     plain = step()
     assert all(torch.equal(plain[k], v) for k, v in step(reads).items())
     assert not all(torch.equal(plain[k], v) for k, v in step(changes).items())
+
+
+@pytest.mark.parametrize("after", ["conv", "dropout"])
+def test_an_in_place_leaky_relu_keeps_one_activation_less_only_where_the_next_layer_saves_it(after):
+    """05's recap (the third fresh read's O1): an in-place LeakyReLU saves its output, which is its
+    input's memory; where the next layer saves the activation's output (a Conv right after it) that
+    is one activation less than out of place; through a train-mode Dropout, which saves a mask, both
+    keep the same bytes."""
+    def saved_bytes(inplace):
+        torch.manual_seed(0)
+        if after == "conv":
+            model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.LeakyReLU(inplace=inplace), nn.Conv2d(4, 4, 3))
+            x = torch.randn(2, 1, 8, 8, requires_grad=True)
+        else:
+            model = nn.Sequential(nn.Linear(8, 16), nn.LeakyReLU(inplace=inplace), nn.Dropout(0.5), nn.Linear(16, 4))
+            x = torch.randn(4, 8, requires_grad=True)
+        model.train()
+        seen = {}
+
+        def pack(t):
+            seen[(t.untyped_storage().data_ptr(), t.dtype)] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(x)
+        params = {(p.untyped_storage().data_ptr(), p.dtype) for p in model.parameters()}
+        return sum(n for k, n in seen.items() if k not in params)
+
+    assert (saved_bytes(True) < saved_bytes(False)) == (after == "conv")

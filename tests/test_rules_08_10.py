@@ -530,3 +530,23 @@ def test_an_optimizer_in_backward_steps_twice_under_the_reentrant_checkpoint_for
                                                   [*fc1b.parameters(), *fc2b.parameters()]))
     twice = sum(c is fc2b.weight for c in calls)
     assert (same, twice) == ((False, 2) if reentrant else (True, 1))
+
+
+@pytest.mark.parametrize("reentrant", [True, False])
+def test_a_multi_grad_hook_fires_twice_in_one_backward_under_the_reentrant_checkpoint(reentrant):
+    """09 cell 60 (the third fresh read's O3): register_multi_grad_hook calls fn once per backward
+    pass; a tensor used inside and outside a reentrant checkpoint is reached by the checkpoint's
+    inner backward too, and fn runs twice in one .backward(); the non-reentrant checkpoint, once."""
+    torch.manual_seed(0)
+    w = torch.randn(3, requires_grad=True)
+    x = torch.randn(3, requires_grad=True)
+    calls = []
+    handle = torch.autograd.graph.register_multi_grad_hook((w,), lambda grads: calls.append(grads[0].clone()))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            inner = ckpt.checkpoint(lambda t: (t * w).sin(), x, use_reentrant=reentrant)
+            (inner + w).sum().backward()
+    finally:
+        handle.remove()
+    assert len(calls) == (2 if reentrant else 1)
