@@ -13,6 +13,18 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+try:
+    from ..i18n import N_, fmt, tr
+except ImportError:   # loaded by path by course.py, before the package is installed: English
+    def N_(text: str) -> str:  # noqa: N802
+        return text
+
+    def tr(text: str) -> str:
+        return text
+
+    def fmt(template: str, **fields: object) -> str:
+        return template.format(**fields)
+
 MIN_PYTHON = (3, 10)
 MIN_TORCH = (2, 1)
 
@@ -180,11 +192,13 @@ class Report:
         return all(f.ok or f.warn_only for f in self.findings)
 
     def __repr__(self) -> str:
-        lines = [f"hooktutor doctor: {'ready for the course' if self.ok else 'something needs fixing'}"]
+        verdict = N_("ready for the course") if self.ok else N_("something needs fixing")
+        lines = [fmt("hooktutor doctor: {verdict}", verdict=tr(verdict))]
         for f in self.findings:
-            lines.append(f"  [{f.mark}] {f.name}: {f.found}")
+            name = tr(f.name) if " " in f.name else f.name   # a one-word name is a package's: torch, widgets
+            lines.append(f"  [{f.mark}] {name}: {tr(f.found)}")
             if not f.ok and f.fix:
-                lines.append(f"         fix: {f.fix}")
+                lines.append("         " + fmt("fix: {fix}", fix=tr(f.fix)))
         return "\n".join(lines)
 
 

@@ -38,6 +38,10 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 LOCALE = ROOT / "locale"
 LANGUAGES = {"zh_CN": "简体中文"}
+# what an edition's set-up cell adds, so that the library speaks the edition's language: its
+# comment, in that language (the code is the same in every edition)
+SPEAKS = {"zh_CN": "从这里起，练习的检查报告、提示和小部件都用中文"}
+_SETUP_MARK = "show_errors_short()"
 
 # comments that are markers, not prose: solution markers, directives to tools, cell magics
 _NOT_PROSE = re.compile(r"^#+\s*(BEGIN|END) (SOLUTION|HIDDEN TESTS)|^#\s*(noqa|type:|fmt:|pragma|ruff:|%%)|^#!")
@@ -318,11 +322,28 @@ def build_edition(lesson: Path, lang: str):
         if cell.cell_type == "markdown":
             cell.source = translate_markdown(cell.source, lookup)
         elif cell.cell_type == "code":
-            cell.source = translate_comments(cell.source, lookup)
+            cell.source = with_language_switch(translate_comments(cell.source, lookup), lang)
             cell.outputs, cell.execution_count = [], None
     edition.metadata.setdefault("hooktutor", {})["edition"] = {
         "language": lang, "source": f"notebooks/{lesson.name}", "source_digest": source_digest(source)}
     return edition
+
+
+def language_switch(lang: str) -> str:
+    """The lines an edition's set-up cell ends with: the library speaks ``lang`` from then on."""
+    return f'\n\nfrom hooktutor.i18n import set_language\n\nset_language("{lang}")   # {SPEAKS[lang]}'
+
+
+def with_language_switch(source: str, lang: str) -> str:
+    """A set-up cell's source (the one that calls ``show_errors_short()``) with :func:`language_switch`
+    at its end; any other cell as it is."""
+    return source + language_switch(lang) if _SETUP_MARK in source else source
+
+
+def without_language_switch(source: str, lang: str) -> str:
+    """The inverse of :func:`with_language_switch`: what the source's cell was."""
+    tail = language_switch(lang)
+    return source[: -len(tail)] if source.endswith(tail) else source
 
 
 def same_cells(a, b) -> bool:
@@ -341,10 +362,16 @@ def translate(langs: list[str] | None = None, *, execute: bool = True, say=print
     executed."""
     import nbformat
 
+    from . import library_messages
     from .regen import execute as run_notebook
 
     failed = 0
     for lang in langs or list(LANGUAGES):
+        library = library_messages.save(lang)   # the library's own words: exercise feedback, widgets
+        open_ = library_messages.state(lang)
+        say(f"{lang} library: {len(library) - len(open_.untranslated)} of {len(library)} messages translated"
+            + (f", {len(open_.problems)} to fix" if open_.problems else "")
+            + f" ({_shown(library_messages.catalogue_path(lang))})")
         for lesson in lessons():
             po = updated_catalogue(lesson, lang)
             path = catalogue_path(lesson, lang)
@@ -380,7 +407,7 @@ def translate(langs: list[str] | None = None, *, execute: bool = True, say=print
 
 
 def main(argv: list[str]) -> int:
-    """``python -m hooktutor translate [--no-execute] [--check LESSON...] [--lang LANG]``."""
+    """``python -m hooktutor translate [--no-execute] [--check LESSON...|library] [--lang LANG]``."""
     langs, execute, check = None, True, []
     rest = list(argv)
     while rest:
@@ -407,6 +434,16 @@ def main(argv: list[str]) -> int:
         bad = 0
         for lang in langs or list(LANGUAGES):
             for name in check:
+                if name == "library":
+                    from . import library_messages
+
+                    lib = library_messages.state(lang)
+                    print(f"{lang} library: {len(lib.untranslated)} untranslated, {len(lib.fuzzy)} fuzzy, "
+                          f"{len(lib.missing)} missing, {len(lib.obsolete)} obsolete, {len(lib.problems)} to fix")
+                    for line in lib.problems:
+                        print("  " + line)
+                    bad |= not lib.complete
+                    continue
                 lesson = next((p for p in lessons() if p.stem.startswith(name)), None)
                 if lesson is None:
                     print(f"translate: no lesson {name!r}; use a name such as 00_start_here or 00")

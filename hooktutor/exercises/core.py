@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..i18n import N_, display_width, fmt, tr, wrap
 from ..inventory import USER, global_hook_ids, list_hooks, remove_global_hooks, remove_row
 from . import variants
 
@@ -241,6 +242,11 @@ class CaseResult:
     kept_for_grading: bool = False   # a case the nbgrader course keeps hidden: never shown
 
 
+# the labels of a report's lines, translated where they are shown (CheckReport.text keeps them English)
+LABELS = (N_("case"), N_("checked"), N_("expected"), N_("got"), N_("error"), N_("why"), N_("also"), N_("next"),
+          N_("you said"), N_("torch"))
+
+
 class CheckReport:
     """The outcome of ``Exercise.check``: ``bool(report)`` / ``report.passed`` says whether
     every case passed; it prints (and renders in HTML) what went wrong and why."""
@@ -270,38 +276,41 @@ class CheckReport:
     def _lines(self) -> list[tuple[str, str]]:
         ex = self.exercise
         n = self.total
+        title = tr(ex.title)
         if self.passed:
-            return [("title", f"✔ {ex.title}: correct, all {n} checks pass.")]
+            return [("title", fmt("✔ {title}: correct, all {n} checks pass.", title=title, n=n))]
         if self.note and not self.results:
-            return [("title", f"✘ {ex.title}: not checked."), ("why", self.note)]
+            return [("title", fmt("✘ {title}: not checked.", title=title)), ("why", tr(self.note))]
         bad = self.failure
         lines: list[tuple[str, str]] = []
         if bad is None:  # all cases passed but something else (a global hook) was wrong
-            lines.append(("title", f"✘ {ex.title}: the results are right, but {self.note}"))
+            lines.append(("title", fmt("✘ {title}: the results are right, but {note}", title=title,
+                                       note=tr(self.note))))
             return lines
         index = self.results.index(bad) + 1
         headline = {
-            "mismatch": "gives a wrong result",
-            "error": "raised an error",
-            "unusable": "gave the check something it cannot use",
-            "unfinished": "is not written yet",
-            "timeout": "did not finish in time",
-            "leak": "left a hook attached",
+            "mismatch": N_("gives a wrong result"),
+            "error": N_("raised an error"),
+            "unusable": N_("gave the check something it cannot use"),
+            "unfinished": N_("is not written yet"),
+            "timeout": N_("did not finish in time"),
+            "leak": N_("left a hook attached"),
         }[bad.status]
-        lines.append(("title", f"✘ {ex.title}: your answer {headline} (check {index} of {n})."))
+        lines.append(("title", fmt("✘ {title}: your answer {headline} (check {index} of {n}).", title=title,
+                                   headline=tr(headline), index=index, n=n)))
         if bad.kept_for_grading:
             # what kind of mistake, never the case itself: the graded course keeps it hidden
-            lines.append(("case", "one of the cases kept for grading (its details are not shown)"))
+            lines.append(("case", tr("one of the cases kept for grading (its details are not shown)")))
             shown_keys: tuple[str, ...] = ("error", "why")
         else:
-            lines.append(("case", bad.description))
+            lines.append(("case", tr(bad.description)))
             shown_keys = ("checked", "expected", "got", "error", "why")
         for key in shown_keys:
             if key in bad.detail:
-                lines.append((key, bad.detail[key]))
+                lines.append((key, bad.detail[key] if key == "error" else tr(bad.detail[key])))
         if self.note:
-            lines.append(("also", self.note))
-        lines.append(("next", f"fix your answer and run the check again; {next_steps(ex)}"))
+            lines.append(("also", tr(self.note)))
+        lines.append(("next", fmt("fix your answer and run the check again; {steps}", steps=next_steps(ex))))
         # each line of advice reads as a sentence
         return [(k, t[:1].upper() + t[1:] if k in ("why", "next", "also") else t) for k, t in lines]
 
@@ -311,8 +320,11 @@ class CheckReport:
             if key == "title":
                 out.append(text)
             else:
-                wrapped = textwrap.fill(text, width=88, initial_indent="", subsequent_indent=" " * 12)
-                out.append(f"  {key + ':':<10}{wrapped}")
+                label = tr(key) + ":"
+                label += " " * max(10 - display_width(label), 1)
+                wrapped = textwrap.fill(text, width=88, initial_indent="", subsequent_indent=" " * 12) \
+                    if label == f"{key + ':':<10}" else wrap(text, 88, subsequent_indent=" " * 12)
+                out.append(f"  {label}{wrapped}")
         return "\n".join(out)
 
     def _repr_html_(self) -> str:
@@ -323,7 +335,7 @@ class CheckReport:
                 rows.append(f"<div style='font-weight:bold;color:{color}'>{html.escape(text)}</div>")
             else:
                 # a row per line: the label in its own column, so a wrapped line stays right of it
-                rows.append(f"<div style='display:flex'><span style='flex:0 0 6em;color:#555'>{key}</span>"
+                rows.append(f"<div style='display:flex'><span style='flex:0 0 6em;color:#555'>{tr(key)}</span>"
                             f"<span style='flex:1 1 auto'>{html.escape(text)}</span></div>")
         return (f"<div class='hooktutor-check' style='border-left:4px solid {color};padding:4px 8px'>"
                 + "".join(rows) + "</div>")
@@ -337,8 +349,9 @@ def command_name(exercise: "Exercise") -> str:
 
 def next_steps(exercise: "Exercise") -> str:
     name = command_name(exercise)
-    shown = f", {name}.solution() shows a solution" if solutions_available() else ""
-    return f"{name}.hint() gives a hint{shown}"
+    if solutions_available():
+        return fmt("{name}.hint() gives a hint, {name}.solution() shows a solution", name=name)
+    return fmt("{name}.hint() gives a hint", name=name)
 
 
 class _Text:
@@ -353,8 +366,7 @@ class _Text:
     def __repr__(self) -> str:
         if not self.prose:
             return self.text
-        return "\n".join(textwrap.fill(p, width=88, break_long_words=False, break_on_hyphens=False)
-                         for p in self.text.split("\n"))
+        return "\n".join(wrap(p, 88) for p in self.text.split("\n"))
 
     def _repr_html_(self) -> str:
         if self.prose:   # wrapped by the browser between words, never inside one
@@ -830,30 +842,32 @@ class Exercise:
 
     def hint(self, number: int | None = None) -> _Text:
         """The next hint (``hint()``), or hint ``number`` (1-based) again."""
+        title = tr(self.title)
         if not self.hints:
-            return _Text(f"{self.title}: no hints for this one.")
+            return _Text(fmt("{title}: no hints for this one.", title=title))
         if number is None:
             number = min(self._next_hint, len(self.hints) - 1) + 1
             self._next_hint = min(self._next_hint + 1, len(self.hints))
         if not 1 <= number <= len(self.hints):
-            return _Text(f"{self.title} has hints 1 to {len(self.hints)}; there is no hint {number}.")
-        last = f"that was the last hint; {command_name(self)}.solution() shows a solution" \
-            if solutions_available() else "that was the last hint"
+            return _Text(fmt("{title} has hints 1 to {n}; there is no hint {number}.", title=title,
+                             n=len(self.hints), number=number))
+        last = fmt("that was the last hint; {name}.solution() shows a solution", name=command_name(self)) \
+            if solutions_available() else fmt("that was the last hint")
         more = f" ({last})" if number == len(self.hints) else ""
-        return _Text(f"Hint {number} of {len(self.hints)} for {self.title}: {self.hints[number - 1]}{more}",
-                     "hooktutor-hint", prose=True)
+        return _Text(fmt("Hint {number} of {n} for {title}: {hint}{more}", number=number, n=len(self.hints),
+                         title=title, hint=tr(self.hints[number - 1]), more=more), "hooktutor-hint", prose=True)
 
     def solution(self) -> _Text:
         """A solution, shown only when asked for (and not at all while the instructor has
         switched solutions off: ``HOOKTUTOR_SOLUTIONS=off``; the hints stay)."""
         if not solutions_available():
             name = command_name(self)
-            return _Text(f"{self.title}: solutions are switched off for this course by your instructor. "
-                         f"{name}.hint() gives the hints, and {name}.check(your_function) says what is "
-                         "still wrong.", "hooktutor-hint", prose=True)
+            return _Text(fmt("{title}: solutions are switched off for this course by your instructor. "
+                             "{name}.hint() gives the hints, and {name}.check(your_function) says what is "
+                             "still wrong.", title=tr(self.title), name=name), "hooktutor-hint", prose=True)
         source = "\n".join(line for line in self.answer_source().splitlines()
                             if line.strip() not in (BEGIN_SOLUTION, END_SOLUTION))
-        return _Text(f"# A solution to {self.title}\n{source}", "hooktutor-solution")
+        return _Text(fmt("# A solution to {title}", title=tr(self.title)) + f"\n{source}", "hooktutor-solution")
 
     def answer_source(self) -> str:
         """The instructor's answer cell, exactly: the solution's source in its exercise file,
@@ -864,6 +878,6 @@ class Exercise:
         return source.replace(f"class {self._solution.__name__}:", f"class {self.answer_name}:", 1)
 
     def __repr__(self) -> str:
-        return (f"Exercise {self.title!r}: {self.task}\n"
-                f"  {len(self.cases)} hidden checks, {len(self.hints)} hints; "
-                f"check(your_function) to test your answer")
+        return fmt("Exercise {title}: {task}\n  {cases} hidden checks, {hints} hints; "
+                   "check(your_function) to test your answer", title=repr(tr(self.title)), task=tr(self.task),
+                   cases=len(self.cases), hints=len(self.hints))

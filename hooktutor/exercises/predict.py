@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..i18n import N_, fmt, tr
 from .core import CaseResult, CheckReport, Exercise, SolutionsOff, _Text, solutions_available
 
 PREDICTIONS: dict[str, Exercise] = {}
@@ -90,29 +91,33 @@ class PredictionReport(CheckReport):
 
     def _lines(self) -> list[tuple[str, str]]:
         ex = self.exercise
+        title = tr(ex.title)
         if self.passed:
-            return [("title", f"✔ {ex.title}: your prediction is what torch did."),
-                    ("torch", _show(self.actual)), ("why", ex.summary)]
+            return [("title", fmt("✔ {title}: your prediction is what torch did.", title=title)),
+                    ("torch", _show(self.actual)), ("why", tr(ex.summary))]
         bad = self.failure
         if bad is None:
             return super()._lines()
         name = f"ex.{ex.key.rsplit('.', 1)[-1]}"
         if bad.status != "mismatch":
-            headline = "is not written yet" if bad.status == "unfinished" else "cannot be read by the check"
-            lines = [("title", f"✘ {ex.title}: your prediction {headline}.")]
-            lines += [(k, bad.detail[k]) for k in ("error", "why") if k in bad.detail]
-            lines.append(("next", f"write it as the task says, then run the check again ({name}.hint() helps)"))
+            headline = N_("is not written yet") if bad.status == "unfinished" else N_("cannot be read by the check")
+            lines = [("title", fmt("✘ {title}: your prediction {headline}.", title=title, headline=tr(headline)))]
+            lines += [(k, bad.detail[k] if k == "error" else tr(bad.detail[k]))
+                      for k in ("error", "why") if k in bad.detail]
+            lines.append(("next", fmt("write it as the task says, then run the check again ({name}.hint() helps)",
+                                      name=name)))
             return lines
         wrong = [r for r in self.results if r.status == "mismatch"]
         n = len(wrong)
         lines: list[tuple[str, str]] = [(
-            "title", f"✘ {ex.title}: torch did something else ({n} difference{'s' * (n > 1)}).")]
+            "title", fmt("✘ {title}: torch did something else ({n} difference).", title=title, n=n) if n == 1
+            else fmt("✘ {title}: torch did something else ({n} differences).", title=title, n=n))]
         for r in wrong:
-            lines.append(("you said", r.detail["got"]))
-            lines.append(("torch", r.detail["expected"]))
-            lines.append(("why", r.detail["why"]))
-        lines.append(("next", "read why, then change your prediction and run the check again "
-                              f"({name}.hint() if the reason is unclear)"))
+            lines.append(("you said", tr(r.detail["got"])))
+            lines.append(("torch", tr(r.detail["expected"])))
+            lines.append(("why", tr(r.detail["why"])))
+        lines.append(("next", fmt("read why, then change your prediction and run the check again "
+                                  "({name}.hint() if the reason is unclear)", name=name)))
         return lines
 
 
@@ -163,9 +168,10 @@ class Prediction(Exercise):
         if not solutions_available():
             return super().solution()
         name = f"ex.{self.key.rsplit('.', 1)[-1]}"
-        return _Text(f"# What torch does ({self.title}), computed just now\n"
-                     f"def {self.answer_name}():\n    return {_show(self.observe())}\n# {self.summary}\n"
-                     f"# {name}.check({self.answer_name}) explains any difference from your prediction",
+        return _Text(fmt("# What torch does ({title}), computed just now", title=tr(self.title)) + "\n"
+                     f"def {self.answer_name}():\n    return {_show(self.observe())}\n# {tr(self.summary)}\n"
+                     + fmt("# {name}.check({answer}) explains any difference from your prediction", name=name,
+                           answer=self.answer_name),
                      "hooktutor-solution")
 
     def answer_source(self) -> str:
@@ -280,7 +286,7 @@ class Prediction(Exercise):
         return PredictionReport(self, diffs, actual)
 
     def __repr__(self) -> str:
-        return (f"Prediction {self.title!r}: {self.task}\n"
-                f"  write {self.answer_name} = <your prediction>, then "
-                f"check({self.answer_name}); {len(self.hints)} hints")
+        return fmt("Prediction {title}: {task}\n  write {answer} = <your prediction>, then check({answer}); "
+                   "{n} hints", title=repr(tr(self.title)), task=tr(self.task), answer=self.answer_name,
+                   n=len(self.hints))
 

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..hookset import HookSet
+from ..i18n import tr
 
 # One live widget per name: creating a widget under a name that is in use (the cell that
 # made it was run again) closes the old one first, so its hooks never pile up.
@@ -72,7 +73,7 @@ def left_aligned(inner: str) -> str:
 def checkbox_view(description: str, value: bool, css: str, *, side_by_side: bool) -> tuple[Any, Any, Any, Any]:
     """The parts of a one-checkbox widget: ``(checkbox, status HTML, view Output, container)``."""
     w = ipw()
-    checkbox = w.Checkbox(value=value, description=description, indent=False, layout=w.Layout(width="auto"))
+    checkbox = w.Checkbox(value=value, description=tr(description), indent=False, layout=w.Layout(width="auto"))
     status = w.HTML()
     out = w.Output(layout=w.Layout(min_height="40px"))
     checkbox.add_class("hooktutor-toggle")

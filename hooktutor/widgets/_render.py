@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from ..i18n import tr
 from ._base import show_png, show_text
 
 DPI = 100  # fixed, so the same data always gives the same picture
@@ -96,7 +97,7 @@ class PngView:
             self.key = key
             self.png = b""
             self.current = None
-            show_text(self.out, message)
+            show_text(self.out, tr(message))
 
 
 def show_activation(view: PngView, name: str, act: torch.Tensor, kind: str = "histogram") -> bool:

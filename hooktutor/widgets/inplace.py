@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..i18n import tr_line
 from ..inventory import reset_backward_flag
 from ..models import inplace_modules, set_inplace
 from ..selection import check_model, get_layer
@@ -135,7 +136,7 @@ class InplaceSwitch(CheckboxWidget):
         if self.closed:
             return
         self.outcome, stored = probe(self.model, self.inputs, self.layer)
-        lines = self.outcome.text().split(" · ")
+        lines = tr_line(self.outcome.text()).split(" · ")
         self.status.value = left_aligned("<br>".join(html.escape(line) for line in lines))
         show_activation(self._view, f"{self.layer} as stored by the hook", stored)
 

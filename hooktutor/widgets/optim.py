@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..i18n import fmt, tr_line
 from ..inventory import list_hooks
 from ..selection import check_model
 from ._base import CheckboxWidget, left_aligned
@@ -124,9 +125,11 @@ class EmaToggle(CheckboxWidget):
         if "EMA" in self.losses:
             text += f", EMA {self.losses['EMA'][-1]:.4f}"
         self.status_text = text
+        on_optimizer = fmt("{n} step post-hook on the optimizer", n=n) if n == 1 else \
+            fmt("{n} step post-hooks on the optimizer", n=n)
         self.status.value = left_aligned(
-            f"<span class='hooktutor-loss'>{html.escape(text)}</span>"
-            f" <small>({n} step post-hook{'s' if n != 1 else ''} on the optimizer)</small>")
+            f"<span class='hooktutor-loss'>{html.escape(tr_line(text))}</span>"
+            f" <small>({html.escape(on_optimizer)})</small>")
         self._view.show(fingerprint("ema", self.losses), self._draw, "loss per step")
 
     def _draw(self) -> bytes:

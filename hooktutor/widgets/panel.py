@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..i18n import tr
 from ..inventory import HookTable, list_hooks
 from ..models import inplace_modules, set_inplace
 from ..selection import LayerSpec, check_model, get_layer, select_layers
@@ -80,7 +81,7 @@ class HookPanel(HookWidget):
             dd.observe(lambda change, layer=layer: self._on_mode(layer, change["new"]), names="value")
             self.selectors[layer] = dd
         self.scale_slider = w.FloatSlider(value=scale, min=min(0.0, scale), max=max(4.0, scale), step=0.25,
-                                          description="scale", style={"description_width": "initial"},
+                                          description=tr("scale"), style={"description_width": "initial"},
                                           layout=w.Layout(width=f"{label + 130}px"))
         self.scale_slider.add_class("hooktutor-scale")
         self.scale_slider.observe(self._on_scale, names="value")
@@ -88,19 +89,19 @@ class HookPanel(HookWidget):
                            layout=w.Layout(width="auto")), *self.selectors.values(), self.scale_slider]
         self.inplace_box = None
         if self._original_inplace:
-            self.inplace_box = w.Checkbox(value=bool(inplace_modules(model)), description="ReLUs in place",
+            self.inplace_box = w.Checkbox(value=bool(inplace_modules(model)), description=tr("ReLUs in place"),
                                           indent=False, layout=w.Layout(width="auto"))
             self.inplace_box.add_class("hooktutor-inplace")
             self.inplace_box.observe(self._on_inplace, names="value")
             controls.append(self.inplace_box)
 
-        self.show_layer = w.Dropdown(options=chosen, value=chosen[0], description="show",
+        self.show_layer = w.Dropdown(options=chosen, value=chosen[0], description=tr("show"),
                                      style={"description_width": "initial"}, layout=w.Layout(width="150px"))
         # button_width "auto": each button as wide as its text, so no choice is cut off
         self.show_kind = w.ToggleButtons(options=["histogram", "feature maps"], value="histogram",
                                          style={"button_width": "auto"})
         self.store = w.ToggleButtons(options=[STORE_COPY, STORE_DETACH], value=STORE_COPY,
-                                     description="a hook stored", style={"button_width": "auto",
+                                     description=tr("a hook stored"), style={"button_width": "auto",
                                                                          "description_width": "initial"})
         for ctrl in (self.show_layer, self.show_kind, self.store):
             ctrl.observe(self._on_view, names="value")

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..i18n import tr, tr_line
 from ..selection import check_model
 from ._base import HookWidget, ipw, left_aligned
 from ._render import PngView, fingerprint, style
@@ -134,9 +135,9 @@ class PatchPicker(HookWidget):
         self.logits: dict[str, torch.Tensor] = {}
         self.status_text = ""
         w = ipw()
-        self.dropdown = w.Dropdown(options=[NO_PATCH, *names], value=NO_PATCH, description="patch",
+        self.dropdown = w.Dropdown(options=[NO_PATCH, *names], value=NO_PATCH, description=tr("patch"),
                                    layout=w.Layout(width="220px"))
-        self.slider = w.IntSlider(value=0, min=0, max=clean_tokens.shape[1] - 1, description="position",
+        self.slider = w.IntSlider(value=0, min=0, max=clean_tokens.shape[1] - 1, description=tr("position"),
                                   continuous_update=False, layout=w.Layout(width="300px"))
         self.status = w.HTML()
         self.out = w.Output(layout=w.Layout(min_height="40px"))
@@ -187,7 +188,8 @@ class PatchPicker(HookWidget):
         back = "undefined (the clean and corrupted runs answer alike)" if self.recovery != self.recovery \
             else f"{self.recovery:.0%} (mean over {len(logits)} pairs)"
         self.status_text = f"{what} · clean answer back: {back}"
-        self.status.value = left_aligned(f"<span class='hooktutor-recovery'>{html.escape(self.status_text)}</span>")
+        shown = html.escape(tr_line(self.status_text))
+        self.status.value = left_aligned(f"<span class='hooktutor-recovery'>{shown}</span>")
         title = (f"last position, example {i}:\nclean answer {int(self.right[i])}, "
                  f"corrupted {int(self.wrong[i])}")
         rows = [self.logits[k] for k in _LogitBars.SERIES]

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..i18n import tr_line
 from ..selection import check_model
 from ._base import CheckboxWidget, left_aligned
 from ._render import PngView, fingerprint, style
@@ -184,7 +185,7 @@ class SavedTensorsToggle(CheckboxWidget):
                 f"{self.run.handed:,}) · forward output {'identical' if same else 'changed'} · "
                 f"gradients off by {self.error:.2%}")
         self.status_text = text
-        self.status.value = left_aligned(f"<span class='hooktutor-saved'>{html.escape(text)}</span>")
+        self.status.value = left_aligned(f"<span class='hooktutor-saved'>{html.escape(tr_line(text))}</span>")
         self._view.show(fingerprint("saved", self.layers, self.run.per_layer), self._draw,
                         "memory of the saved activations per layer")
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from ..i18n import fmt, tr_line
 from ..inventory import list_hooks
 from ..selection import check_model, get_layer, select_layers
 from ._base import CheckboxWidget, left_aligned
@@ -74,9 +75,11 @@ class HookToggle(CheckboxWidget):
         if self.observed.get(self.layer):
             o = self.observed[self.layer]
             self.loss_text += f" · observed mean {o['mean']:.4f}, zeros {o['zeros']:.0%}"
+        on_layer = fmt("{n} hook on {layer}", n=n, layer=self.layer) if n == 1 else \
+            fmt("{n} hooks on {layer}", n=n, layer=self.layer)
         self.status.value = left_aligned(
-            f"<span class='hooktutor-loss'>{html.escape(self.loss_text)}</span>"
-            f" <small>({n} hook{'s' if n != 1 else ''} on {html.escape(self.layer)})</small>")
+            f"<span class='hooktutor-loss'>{html.escape(tr_line(self.loss_text))}</span>"
+            f" <small>({html.escape(on_layer)})</small>")
         if snap.error is not None:
             self._view.text(snap.error)
         elif self.view == "histogram" and self.layer in snap.activations:
