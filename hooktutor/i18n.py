@@ -127,6 +127,8 @@ def _catalogue(lang: str) -> _Catalogue | None:
 
 def _lookup(text: str, cat: _Catalogue, depth: int) -> str | None:
     found = cat.exact.get(text)
+    if found is None and text[:1].isupper():   # a message the code capitalised to start a sentence
+        found = cat.exact.get(text[:1].lower() + text[1:])
     if found is not None:
         return found
     if depth <= 0:

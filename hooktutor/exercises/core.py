@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..i18n import N_, display_width, fmt, tr, wrap
+from ..i18n import N_, display_width, fmt, language, tr, wrap
 from ..inventory import USER, global_hook_ids, list_hooks, remove_global_hooks, remove_row
 from . import variants
 
@@ -312,6 +312,9 @@ class CheckReport:
             lines.append(("also", tr(self.note)))
         lines.append(("next", fmt("fix your answer and run the check again; {steps}", steps=next_steps(ex))))
         # each line of advice reads as a sentence
+        # (in English: a Chinese sentence has no capitals, and one that starts with code keeps it as written)
+        if language() != "en":
+            return lines
         return [(k, t[:1].upper() + t[1:] if k in ("why", "next", "also") else t) for k, t in lines]
 
     def __repr__(self) -> str:
