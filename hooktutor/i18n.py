@@ -91,11 +91,15 @@ class _Catalogue:
             else:
                 self.exact[entry.msgid] = entry.msgstr
         # the most specific template first: the one with the most literal text
-        self.templates.sort(key=lambda t: -len(_literal(t[1])))
+        self.templates.sort(key=lambda t: -len(literal_text(t[1])))
 
 
-def _literal(template: str) -> str:
-    return "".join(lit for lit, *_ in string.Formatter().parse(template))
+def literal_text(template: str) -> str:
+    """A template's written-out text, its placeholders left out (a malformed one: as it is)."""
+    try:
+        return "".join(lit for lit, *_ in string.Formatter().parse(template))
+    except ValueError:
+        return template
 
 
 def template_pattern(template: str) -> re.Pattern | None:

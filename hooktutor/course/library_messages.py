@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..i18n import DOMAIN, TEMPLATE_FLAG, catalogue_path
+from ..i18n import literal_text as _literal
 
 PACKAGE = Path(__file__).resolve().parents[1]
 ROOT = PACKAGE.parent
@@ -103,10 +104,11 @@ def _ident(text: str) -> str:
 
 
 class _Template:
-    """Builds one message from a string expression; ``None`` when it holds no literal text."""
+    """Builds one message from a string expression: its written-out parts and a named placeholder
+    for each value put in (an f-string's ``{expression}``, or a value joined with ``+``)."""
 
     def __init__(self) -> None:
-        self.parts: list[str] = []
+        self.parts: list[tuple[bool, str]] = []   # (is a placeholder, its name or the literal text)
         self.names: dict[str, str] = {}   # expression source -> placeholder name
         self.is_template = False
 
@@ -118,16 +120,16 @@ class _Template:
             while name in self.names.values():
                 name, i = f"{base}_{i}", i + 1
             self.names[source] = name
-        self.parts.append("{" + self.names[source] + "}")
+        self.parts.append((True, self.names[source]))
         self.is_template = True
 
-    def add(self, node: ast.expr) -> bool:
+    def add(self, node: ast.expr) -> None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            self.parts.append(node.value)
+            self.parts.append((False, node.value))
         elif isinstance(node, ast.JoinedStr):
             for value in node.values:
                 if isinstance(value, ast.Constant):
-                    self.parts.append(value.value.replace("{", "{{").replace("}", "}}"))
+                    self.parts.append((False, value.value))
                 elif isinstance(value, ast.FormattedValue):
                     self.placeholder(value.value)
             self.is_template = True
@@ -137,13 +139,13 @@ class _Template:
             self.add(node.right)
         else:
             self.placeholder(node)
-        return True
 
     def text(self) -> str:
+        """The message: a template's literal braces doubled, so that only its placeholders are fields."""
         if not self.is_template:
-            return "".join(self.parts)
-        # written-out parts joined with a template: their braces are literal
-        return "".join(self.parts)
+            return "".join(text for _, text in self.parts)
+        return "".join("{" + text + "}" if field else text.replace("{", "{{").replace("}", "}}")
+                       for field, text in self.parts)
 
 
 def _stringish(node: ast.expr) -> bool:
@@ -172,8 +174,6 @@ def _messages_in(node: ast.expr, force: bool = False):
             return
         t = _Template()
         t.add(node)
-        if isinstance(node, ast.Constant):
-            t.parts, t.is_template = [node.value], False
         text = t.text()
         if " · " in text:   # a widget's status line: each part is a message (hooktutor.i18n.tr_line)
             for part in text.split(" · "):
@@ -201,13 +201,6 @@ def _is_code(text: str, template: bool) -> bool:
     except SyntaxError:
         return False
     return True
-
-
-def _literal(template: str) -> str:
-    try:
-        return "".join(lit for lit, *_ in string.Formatter().parse(template))
-    except ValueError:
-        return template
 
 
 def _called(node: ast.Call) -> str:
