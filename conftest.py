@@ -69,9 +69,10 @@ def pytest_collection_modifyitems(config, items):
     their outputs are not compared; a warning in the summary says which lesson and why."""
     if not any(item.path.suffix == ".ipynb" for item in items):
         return
-    from hooktutor.course.nbval_twice import insert_blank_runs
+    from hooktutor.course.nbval_twice import insert_blank_runs, insert_edition_runs
 
     insert_blank_runs(items)
+    insert_edition_runs(items)
     cells = [item for item in items if item.path.suffix == ".ipynb" and hasattr(item, "options")]
     import warnings
 

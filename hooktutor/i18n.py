@@ -129,7 +129,10 @@ def _catalogue(lang: str) -> _Catalogue | None:
     return _Catalogue(path) if path.exists() else None
 
 
-def _lookup(text: str, cat: _Catalogue, depth: int) -> str | None:
+def _lookup(text: str, cat: _Catalogue, depth: int, sep: str | None = None) -> str | None:
+    """``text`` translated (an exact entry, else a template it fills), or None. With ``sep``, a
+    template's placeholder never takes a value holding ``sep``: a part of a status line does not
+    swallow the parts after it."""
     found = cat.exact.get(text)
     if found is None and text[:1].isupper():   # a message the code capitalised to start a sentence
         found = cat.exact.get(text[:1].lower() + text[1:])
@@ -139,7 +142,7 @@ def _lookup(text: str, cat: _Catalogue, depth: int) -> str | None:
         return None
     for pattern, _msgid, msgstr in cat.templates:
         match = pattern.fullmatch(text)
-        if match is None:
+        if match is None or (sep and any(sep in v for v in match.groupdict().values())):
             continue
         values = {k: _lookup(v, cat, depth - 1) or v for k, v in match.groupdict().items()}
         try:
@@ -166,10 +169,11 @@ def tr(text: Any) -> Any:
 def tr_line(text: str, sep: str = " · ") -> str:
     """A status line of parts joined by ``sep`` (a widget's): the whole line where the catalogue
     has it, else each part on its own."""
-    whole = tr(text)
-    if whole is not text or language() == "en" or sep not in text:
-        return whole
-    return sep.join(tr(part) for part in text.split(sep))
+    if language() == "en" or sep not in text:
+        return tr(text)
+    cat = _catalogue(language())
+    whole = _lookup(text, cat, depth=2, sep=sep) if cat is not None else None
+    return whole if whole is not None else sep.join(tr(part) for part in text.split(sep))
 
 
 def fmt(template: str, **fields: Any) -> str:

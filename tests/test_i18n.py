@@ -106,6 +106,19 @@ def test_a_template_is_found_from_the_finished_text_and_its_parts_are_translated
     assert i18n.tr(None) is None and i18n.tr(3) == 3
 
 
+def test_a_status_line_part_never_swallows_the_parts_after_it(tmp_path, monkeypatch):
+    """A widget's line "A · B": a template of part A whose placeholder could take " · B" with it
+    is not used for the whole line; each part is translated on its own."""
+    _catalogue(tmp_path, monkeypatch, [
+        ("{name} patched at position {position}", "修补{name}的位置{position}", True),
+        ("clean answer back: {back}", "干净答案的恢复程度：{back}", True),
+        ("{what} · hooks left attached: {n}", "{what} · 仍挂着的钩子：{n}", True),   # a whole line
+    ])
+    assert i18n.tr_line("blocks.0 patched at position 0 · clean answer back: 9%") == \
+        "修补blocks.0的位置0 · 干净答案的恢复程度：9%"
+    assert i18n.tr_line("x · hooks left attached: 3") == "x · 仍挂着的钩子：3"
+
+
 def test_messages_are_collected_with_named_placeholders(tmp_path):
     module = tmp_path / "m.py"
     module.write_text(textwrap.dedent('''
@@ -116,12 +129,14 @@ def test_messages_are_collected_with_named_placeholders(tmp_path):
             if got == "relu":
                 raise ValueError(f"no layer {layer!r}; use one of {sorted(t.names)}")
             exercise.wrong("a label", mentions="words a test looks for")
+            detail = {"why": N_("a marked sentence in a detail"), "mismatch": N_("another marked one")}
             return "a sentence a helper hands to the report"
     '''))
     found = {text: template for text, template, _ in lm.messages_of(module, broad=True)}
     assert found == {"calls of {name}": True, "count every call, not only the first {n_got}": True,
                      "no layer {layer}; use one of {names}": True,
-                     "a sentence a helper hands to the report": False}
+                     "a sentence a helper hands to the report": False,
+                     "a marked sentence in a detail": False, "another marked one": False}
 
 
 def test_the_library_catalogue_holds_every_message_the_library_has_now_translated():
@@ -146,6 +161,17 @@ def test_every_exercise_speaks_chinese_task_hints_and_title():
         ex._next_hint = 0
 
 
+# what a report's title says went wrong (hooktutor/exercises/core.py): each in the learner's language
+HEADLINES = ("gives a wrong result", "raised an error", "gave the check something it cannot use",
+             "is not written yet", "did not finish in time", "left a hook attached")
+
+
+def test_every_headline_of_a_report_is_in_the_catalogue():
+    i18n.set_language("zh_CN")
+    for words in HEADLINES:
+        assert CJK.search(i18n.tr(words)), words
+
+
 @pytest.mark.parametrize("ex", _exercises(), ids=lambda ex: ex.key)
 def test_the_typical_wrong_answers_are_explained_in_chinese(ex):
     """Every line of the report a learner reads (its verdict, the case, why, what to do next) is
@@ -157,6 +183,8 @@ def test_the_typical_wrong_answers_are_explained_in_chinese(ex):
         english = [(key, text) for key, text in report._lines()
                    if key in ("title", "case", "why", "next", "also") and not CJK.search(text)]
         assert not english, f"{ex.key}, {label}: still English: {english}"
+        title = next(text for key, text in report._lines() if key == "title")
+        assert not any(words in title for words in HEADLINES), f"{ex.key}, {label}: {title}"
         assert CJK.search(repr(report)) and CJK.search(report._repr_html_())
 
 

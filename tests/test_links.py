@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from hooktutor.course import links
+from hooktutor.course import lab, links
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -33,8 +33,9 @@ def test_every_generated_link_agrees_with_project_urls():
 def test_no_other_link_to_a_binder_a_colab_or_a_repository():
     """A hand-written link the generator does not produce (another slug, branch or folder) fails."""
     lessons = [p.name for p in NOTEBOOKS]
-    binder = {links.binder_url(HOME, name) for name in lessons}
-    colab = {links.colab_url(HOME, name) for name in lessons}
+    langs = [None, *lab.editions(ROOT / "notebooks")]   # each edition in its own folder (zh_CN/)
+    binder = {links.binder_url(HOME, name, lang) for name in lessons for lang in langs}
+    colab = {links.colab_url(HOME, name, lang) for name in lessons for lang in langs}
     bad = []
     for path in SCANNED:
         text = path.read_text(encoding="utf-8")
@@ -151,3 +152,20 @@ def test_the_command_reports_and_writes(tmp_path, monkeypatch, capsys):
     cell = setup_cell(tmp_path / "notebooks" / "00_start_here.ipynb").source
     assert "git+https://github.com/someone/hooks-course@main" in cell
     assert "git clone https://github.com/someone/hooks-course.git" in (tmp_path / "docs/instructors.md").read_text()
+
+
+def test_each_edition_goes_every_route_in_a_folder_named_for_its_language():
+    """Binder writes each edition's workbook (workbook/zh_CN), the learner branch carries it
+    (zh_CN/, what README.zh-CN.md's Colab column opens), each row of that table opens its lesson."""
+    langs = lab.editions(ROOT / "notebooks")
+    assert langs, "no edition in notebooks/"
+    post = (ROOT / "binder" / "postBuild").read_text(encoding="utf-8")
+    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text(encoding="utf-8")
+    assert 'hooktutor workbook "$lang" --source "$edition"' in workflow
+    for lang in langs:
+        assert f"python -m hooktutor workbook workbook/{lang} --source notebooks/{lang}" in post
+        readme = ROOT / f"README.{lang.replace('_', '-')}.md"
+        rows = re.findall(r"^\| `(\d\d_\w+)` \|.*\]\((\S+)\) \|$", readme.read_text(encoding="utf-8"), re.M)
+        assert dict(rows) == {p.stem: links.colab_url(HOME, p.name, lang) for p in NOTEBOOKS}
+    assert links.binder_url(HOME, "01_tensor_hooks.ipynb", "zh_CN").endswith(
+        "urlpath=lab/tree/workbook/zh_CN/01_tensor_hooks.ipynb")

@@ -1,5 +1,5 @@
-"""The two Run Alls of every lesson under nbval (hooktutor/course/nbval_twice.py) catch what they
-promise to: a cell that leaves a hook attached, a cell that prints otherwise when run a second
+"""The two Run Alls of every lesson under nbval (hooktutor/course/nbval_twice.py), and its edition's
+third, catch what they promise to: a cell that leaves a hook attached, a cell that prints otherwise when run a second
 time, a cell that depends on a learner's answer, a check cell that does not say "not written yet"
 while its exercise is blank; and they let pass a hook left on purpose (``hooks-left``). Run on
 notebooks written for the test, by pytest in a process of its own with the course's conftest."""
@@ -39,7 +39,7 @@ def outcomes(*notebooks: Path) -> dict[str, str]:
         env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
     found = {}
     for line in done.stdout.splitlines():
-        m = re.match(r"(PASSED|FAILED) (\S+\.ipynb::(?:blank )?Cell \d+)", line)
+        m = re.match(r"(PASSED|FAILED) (\S+\.ipynb::(?:blank |zh_CN )?Cell \d+)", line)
         if m:
             found[m.group(2).split("/")[-1]] = m.group(1)
     assert found, done.stdout[-3000:] + done.stderr[-3000:]
@@ -79,3 +79,26 @@ def test_a_hook_left_a_second_run_an_answer_depended_on_and_a_silent_check_each_
     others = {k: v for k, v in got.items() if k.startswith("00_start_here")
               and not k.endswith((f"Cell {n_check}", f"Cell {n_check + 1}"))}
     assert set(others.values()) == {"PASSED"}, others
+
+
+def test_an_edition_runs_third_in_its_sources_kernel_against_its_own_stored_outputs(tmp_path):
+    """The edition's cells run after the source's two Run Alls, in that kernel (a counter kept in
+    the kernel reads 3), each held to the edition's stored outputs (a changed one fails)."""
+    source = tmp_path / "notebooks" / "zz_source.ipynb"
+    source.parent.mkdir()
+    counter = 'counter = globals().get("counter", 0) + 1\nprint(counter > 0)'
+    nbformat.write(nbformat.v4.new_notebook(cells=[code(counter, out="True\n"), code("print('hi')", out="hi\n")]),
+                   source)
+    edition = tmp_path / "notebooks" / "zh_CN" / "zz_source.ipynb"
+    edition.parent.mkdir()
+    nb = nbformat.v4.new_notebook(cells=[code(counter, out="True\n"), code("print('hi')", out="hello\n"),
+                                         code("print(counter)", out="3\n")])
+    nb.metadata["hooktutor"] = {"edition": {"language": "zh_CN", "source": "notebooks/zz_source.ipynb"}}
+    nbformat.write(nb, edition)
+
+    got = outcomes(source, edition)
+    assert {k: v for k, v in got.items() if "zh_CN" in k} == {
+        "zz_source.ipynb::zh_CN Cell 0": "PASSED",
+        "zz_source.ipynb::zh_CN Cell 1": "FAILED",   # "hello" stored, "hi" printed
+        "zz_source.ipynb::zh_CN Cell 2": "PASSED",   # the third Run All in the source's kernel
+    }, got

@@ -40,7 +40,7 @@ ROOT = PACKAGE.parent
 
 # the parts of the package a learner reads messages from: all but the course's authoring tools
 _SKIP = {"i18n.py", "__main__.py"}
-_COURSE_READ = {"doctor.py", "errors.py"}
+_COURSE_READ = {"doctor.py", "errors.py", "site_text.py", "site_source.py"}
 
 KEYWORDS = {"task", "hints", "explain", "summary", "nudge", "what", "expected", "got", "note", "why",
             "description", "tooltip", "placeholder", "errors"}
@@ -279,6 +279,8 @@ class _Collector(ast.NodeVisitor):
     def visit_Assign(self, node: ast.Assign) -> None:
         if any(isinstance(t, ast.Name) and _is_message_name(t.id) for t in node.targets):
             self.take(node.value)
+            if not _stringish(node.value):   # a call inside (N_(...), fmt(...)) is visited too
+                self.visit(node.value)
             return
         if any(isinstance(t, ast.Name) and t.id.endswith("KEYS") for t in node.targets):
             return   # a prediction's keys: the learner types them, in English, in every edition
@@ -289,6 +291,8 @@ class _Collector(ast.NodeVisitor):
         for key, value in zip(node.keys, node.values):
             if isinstance(key, ast.Constant) and key.value in DETAIL_KEYS:
                 self.take(value)
+                if not _stringish(value):   # {"error": N_("...")}: the call is visited too
+                    self.visit(value)
             elif value is not None:
                 self.visit(value)   # keys are names and patterns, never shown
         self.parents.pop()

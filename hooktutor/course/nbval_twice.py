@@ -11,8 +11,11 @@ module in). Before the lesson's own cells, the same kernel runs the learner's ed
 * **Run All again, solved, prints the stored outputs.** nbval's own items (``::Cell 5``), in the
   kernel the first Run All left behind: "run it again while debugging" must give the same
   result, so no hook accumulates and no state leaks from one run into the next.
-* **An edition in another language** (``notebooks/zh_CN/``) runs once, solved: its code is its
-  source's (see :func:`is_edition`).
+* **An edition in another language** (``notebooks/zh_CN/``) runs once, solved, after the two, in
+  the same kernel: its code is its source's (see :func:`is_edition`), so it is a third Run All
+  that must print the edition's stored outputs. Its items read
+  ``notebooks/NN_x.ipynb::zh_CN Cell 5`` (the edition run alone, ``pytest notebooks/zh_CN/NN_x.ipynb``,
+  starts a kernel of its own).
 * **No cell leaves a hook behind.** After every cell of both runs a probe lists the hooks left on
   every model, layer, tensor and optimizer the notebook's namespace holds, and the global hooks:
   there must be none. Hooks that PyTorch or a library such as transformers installed for a model
@@ -167,6 +170,43 @@ def insert_blank_runs(items: list) -> None:
         items[index:index] = new
 
 
+def insert_edition_runs(items: list) -> None:
+    """Each edition's items (``notebooks/zh_CN/NN_x.ipynb``) moved after its source's last item,
+    run in the source's kernel (``pytest_collection_modifyitems``), where the source is collected
+    too. A third Run All in one kernel costs what the lesson's own cells cost; a kernel of its own
+    would start torch and the course's modules again, and warm them, for each lesson."""
+    from nbval.plugin import IPyNbCell
+
+    class EditionCell(IPyNbCell):
+        """A cell of an edition in another language, run after its source's cells."""
+
+        def reportinfo(self):
+            return self.fspath, 0, f"{self.edition_path}::Cell {self.cell_num} (in its source's kernel)"
+
+    sources = {item.parent.path: item.parent for item in items
+               if isinstance(item, IPyNbCell) and _is_lesson_file(item.parent) and not is_edition(item.parent.nb)}
+    moved: dict = defaultdict(list)
+    for item in items:
+        if not (isinstance(item, IPyNbCell) and _is_lesson_file(item.parent) and is_edition(item.parent.nb)):
+            continue
+        edition = item.parent.nb.metadata["hooktutor"]["edition"]
+        source = sources.get(item.config.rootpath / edition["source"])
+        if source is None:
+            continue
+        new = EditionCell.from_parent(source, name=f"{edition['language']} Cell {item.cell_num}",
+                                      cell_num=item.cell_num, cell=item.cell, options=item.options)
+        new.edition = edition["language"]
+        new.edition_path = item.nodeid.split("::")[0]
+        moved[source].append((item, new))
+    if not moved:
+        return
+    gone = {id(old) for pairs in moved.values() for old, _ in pairs}
+    items[:] = [item for item in items if id(item) not in gone]
+    for source, pairs in moved.items():
+        last = max(i for i, item in enumerate(items) if getattr(item, "parent", None) is source)
+        items[last + 1:last + 1] = [new for _, new in pairs]
+
+
 @contextmanager
 def kernel_profile(item):
     """Around an nbval item's set-up: a lesson's kernel starts under ``NBVAL_PROFILE``."""
@@ -190,7 +230,8 @@ def after_cell(item) -> None:
     if not isinstance(item, IPyNbCell) or not _is_lesson_file(item.parent) or item.options["skip"]:
         return
     cell = item.cell
-    where = "the learner's edition (exercises blank)" if getattr(item, "blank", False) else "the lesson"
+    where = ("the learner's edition (exercises blank)" if getattr(item, "blank", False)
+             else f"the {item.edition} edition" if getattr(item, "edition", None) else "the lesson")
     if getattr(item, "blank", False) and cell.metadata.get("nbgrader", {}).get("grade"):
         shown = "".join(o.get("data", {}).get("text/plain", "") + o.get("text", "")
                         for o in item.test_outputs or [])

@@ -38,12 +38,20 @@ myst_heading_anchors = 3  # GitHub's heading anchors (#the-student-edition) work
 suppress_warnings = ["myst.header", "mystnb.unknown_mime_type"]
 
 html_theme = "sphinx_book_theme"
-html_title = "hooktutor: PyTorch hooks, every claim checked"
+html_title = TITLE
 html_static_path = ["_static"]
 html_css_files = ["hooktutor.css"]
 html_favicon = "_static/favicon.svg"  # a browser asks for /favicon.ico otherwise: a failed request
 html_context = {"default_mode": "light"}  # no stored mode: the theme would log an error
-html_search_language = "en"
+language = LANGUAGE
+html_search_language = LANGUAGE.split("_")[0]
+if html_search_language == "zh":
+    # Sphinx 9.0's Chinese search stems Latin words with english-stemmer.js, whose class is
+    # EnglishStemmer, but tells the page to use "ChineseStemmer" (undefined: search breaks)
+    from sphinx.search import zh as _zh
+
+    if _zh.SearchChinese.js_stemmer_rawcode == "english-stemmer.js":
+        _zh.SearchChinese.language_name = "English"
 html_copy_source = False
 html_show_sourcelink = False
 html_last_updated_fmt = None
@@ -91,8 +99,18 @@ def sphinx_missing() -> str | None:
     return None
 
 
-def prepare(root: Path, src: Path, *, widgets: bool = True) -> None:
-    """Write the site's source folder ``src``: lessons, guides, landing page, conf.py, CSS."""
+def editions(root: Path) -> list[str]:
+    """The site's editions: English (the root of the site), then each language of ``notebooks/``
+    (``zh_CN``: the folder ``zh_CN/`` of the site)."""
+    from .lab import editions as languages
+
+    return ["en", *languages(root / "notebooks")]
+
+
+def prepare(root: Path, src: Path, *, widgets: bool = True, lang: str = "en") -> None:
+    """Write the source folder ``src`` of the site's edition in ``lang``: lessons, guides (the
+    English site's), landing page, conf.py, CSS; its words in ``lang`` (``hooktutor.i18n``)."""
+    from ..i18n import fmt, language, set_language
     from .links import home as home_of
     from .site_source import write_if_changed, write_source
 
@@ -101,13 +119,20 @@ def prepare(root: Path, src: Path, *, widgets: bool = True) -> None:
     if widgets:
         from .site_widgets import render_all
 
-        fallbacks = render_all(root, src / "widgets")
+        fallbacks = render_all(root, src / "widgets", lang)
     home = home_of(root)
-    write_source(root, src, fallbacks, home=home)
+    others = [other for other in editions(root) if other != lang]
+    spoken = language()
+    set_language(lang)
+    try:
+        write_source(root, src, fallbacks, home=home, lang=lang, others=others)
+        title = fmt("hooktutor: PyTorch hooks, every claim checked")
+    finally:
+        set_language(spoken)
     (src / "_static").mkdir(exist_ok=True)
     write_if_changed(src / "_static" / "hooktutor.css", CSS)
     write_if_changed(src / "_static" / "favicon.svg", FAVICON)
-    write_if_changed(src / "conf.py", f"HOME = {home!r}\n" + CONF)
+    write_if_changed(src / "conf.py", f"HOME = {home!r}\nLANGUAGE = {lang!r}\nTITLE = {title!r}\n" + CONF)
 
 
 def build(src: Path, out: Path, doctrees: Path, *, quiet: bool = True) -> int:
@@ -134,15 +159,19 @@ def main(argv: list[str]) -> int:
         return 2
     out = args.out.resolve()
     src = (args.src or out.with_name(out.name + "-src")).resolve()
-    doctrees = src.with_name(src.name + "-doctrees")
     os.environ.setdefault("MPLBACKEND", "Agg")
-    start = time.perf_counter()
-    prepare(ROOT, src, widgets=not args.no_widgets)
-    prepared = time.perf_counter()
-    code = build(src, out, doctrees, quiet=not args.verbose)
-    if code != 0:
-        print(f"hooktutor site: Sphinx failed (exit {code}); its messages are above", file=sys.stderr)
-        return code
-    print(f"hooktutor site: {out} ({prepared - start:.1f} s preparing, {time.perf_counter() - prepared:.1f} s "
-          f"Sphinx); open it with: python3 -m http.server -d {os.path.relpath(out)}")
+    for lang in editions(ROOT):
+        # English at the root of the site, each other edition in a folder named for its language
+        here, source = (out, src) if lang == "en" else (out / lang, src.with_name(f"{src.name}-{lang}"))
+        start = time.perf_counter()
+        prepare(ROOT, source, widgets=not args.no_widgets, lang=lang)
+        prepared = time.perf_counter()
+        code = build(source, here, source.with_name(source.name + "-doctrees"), quiet=not args.verbose)
+        if code != 0:
+            print(f"hooktutor site: Sphinx failed on the {lang} edition (exit {code}); its messages are above",
+                  file=sys.stderr)
+            return code
+        print(f"hooktutor site: {here} ({lang}: {prepared - start:.1f} s preparing, "
+              f"{time.perf_counter() - prepared:.1f} s Sphinx)")
+    print(f"hooktutor site: open it with: python3 -m http.server -d {os.path.relpath(out)}")
     return 0

@@ -31,10 +31,6 @@ from typing import Any
 
 from .site_source import WIDGET_VIEW, source_of
 
-LIVE_LINE = ("Run it live: `python3 course.py lab` opens this lesson in JupyterLab (or open it in Colab from "
-             "the README's lesson table).")
-
-
 # -- which cells a widget's cell needs --------------------------------------------------------
 
 def _names(source: str) -> tuple[set[str], set[str]]:
@@ -91,20 +87,21 @@ def states(widget: Any) -> list[tuple[str, Callable[[], None]]]:
     """(label, action) for each state the fallback shows, by the widget's kind."""
     from ..widgets import HookPanel, PatchPicker
     from ..widgets._base import CheckboxWidget
+    from .site_text import checkbox_state, panel_states, patch_states
 
     if isinstance(widget, CheckboxWidget):
         description = widget.checkbox.description
-        return [(f"\u2610 {description} (unticked)", lambda: setattr(widget, "value", False)),
-                (f"\u2611 {description} (ticked)", lambda: setattr(widget, "value", True))]
+        return [(checkbox_state(description, False), lambda: setattr(widget, "value", False)),
+                (checkbox_state(description, True), lambda: setattr(widget, "value", True))]
     if isinstance(widget, HookPanel):
         layer = widget.layers[len(widget.layers) // 2]
-        return [("every hook off", widget.reset),
-                (f"zero on {layer}", lambda: (widget.reset(), widget.set_mode(layer, "zero")))]
+        return list(zip(panel_states(layer),
+                        [widget.reset, lambda: (widget.reset(), widget.set_mode(layer, "zero"))], strict=True))
     if isinstance(widget, PatchPicker):
         name, last = widget.names[1 if len(widget.names) > 1 else 0], int(widget.slider.max)
-        return [("no patch", lambda: widget.pick("(no patch)", 0)),
-                (f"{name} patched at position 0", lambda: widget.pick(name, 0)),
-                (f"{name} patched at position {last}", lambda: widget.pick(name, last))]
+        return list(zip(patch_states(name, last),
+                        [lambda: widget.pick("(no patch)", 0), lambda: widget.pick(name, 0),
+                         lambda: widget.pick(name, last)], strict=True))
     raise TypeError(f"no static states known for {type(widget).__name__}; add them to "
                     "hooktutor/course/site_widgets.py:states()")
 
@@ -202,9 +199,10 @@ def _run(source: str, namespace: dict, stem: str, index: int, value: bool = Fals
 
 def _fallback(widget: Any, stem: str, index: int, folder: Path) -> str:
     folder.mkdir(parents=True, exist_ok=True)
+    from .site_text import same_picture, widget_heading, widget_lead
+
     kind = type(widget).__name__
-    parts = [f"```{{admonition}} The {kind} above, pictured: a static page cannot run it\n:class: hooktutor-fallback\n",
-             f"Drawn for this site by the widget's own code on the lesson's seeded model, in each state. {LIVE_LINE}\n"]
+    parts = [f"```{{admonition}} {widget_heading(kind)}\n:class: hooktutor-fallback\n", f"{widget_lead()}\n"]
     shown: list[bytes] = []   # the pictures of the state before
     for number, (label, action) in enumerate(states(widget)):
         action()
@@ -215,7 +213,7 @@ def _fallback(widget: Any, stem: str, index: int, folder: Path) -> str:
             if k < len(before) and before[k] == png:
                 # the same picture as in the state above (a hook that only observes, a layer
                 # before the one changed): said, not shown twice
-                parts.append(f"*{_md_text(alt)}: the same as in the state above.*\n")
+                parts.append(f"*{_md_text(same_picture(alt))}*\n")
                 continue
             name = f"{stem}-cell{index}-state{number}-{k}.png"
             path = folder / name
@@ -231,15 +229,20 @@ def _md_text(text: str) -> str:
     return re.sub(r"([\\`*_\[\]<>|])", r"\\\1", text.replace("\n", " "))
 
 
-def render_all(root: Path, folder: Path) -> dict[str, dict[int, str]]:
-    """The fallbacks of every lesson in ``root/notebooks``: {lesson stem: {cell index: markdown}}.
+def render_all(root: Path, folder: Path, lang: str = "en") -> dict[str, dict[int, str]]:
+    """The fallbacks of every lesson in ``root/notebooks`` (``root/notebooks/<lang>``, the widgets
+    speaking ``lang``): {lesson stem: {cell index: markdown}}.
 
     Kept in ``folder/fallbacks.json`` with a key of every lesson and of the widget and course
     code: a rebuild with nothing changed reuses them instead of running the cells again."""
     import torch
 
-    key = hashlib.sha256()
-    for path in sorted([*(root / "notebooks").glob("*.ipynb"), *(root / "hooktutor").rglob("*.py")]):
+    from ..i18n import language, set_language
+
+    notebooks = root / "notebooks" if lang == "en" else root / "notebooks" / lang
+    key = hashlib.sha256(lang.encode())
+    for path in sorted([*notebooks.glob("*.ipynb"), *(root / "hooktutor").rglob("*.py"),
+                        *(root / "hooktutor" / "locale").rglob("*.po")]):
         key.update(path.name.encode())
         key.update(path.read_bytes())
     key.update(torch.__version__.encode())
@@ -248,16 +251,18 @@ def render_all(root: Path, folder: Path) -> dict[str, dict[int, str]]:
         stored = json.loads(cache.read_text(encoding="utf-8"))
         if stored.get("key") == key.hexdigest():
             return {stem: {int(i): md for i, md in cells.items()} for stem, cells in stored["lessons"].items()}
-    threads = torch.get_num_threads()
+    threads, spoken = torch.get_num_threads(), language()
     torch.set_num_threads(1)
+    set_language(lang)
     try:
         result = {}
-        for path in sorted((root / "notebooks").glob("*.ipynb")):
+        for path in sorted(notebooks.glob("*.ipynb")):
             nb = json.loads(path.read_text(encoding="utf-8"))
             cells = render_lesson(nb, path.stem, folder)
             if cells:
                 result[path.stem] = cells
     finally:
         torch.set_num_threads(threads)
+        set_language(spoken)
     cache.write_text(json.dumps({"key": key.hexdigest(), "lessons": result}, indent=1) + "\n", encoding="utf-8")
     return result

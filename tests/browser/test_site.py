@@ -75,6 +75,12 @@ def served(site):
             proc.wait(timeout=5)
 
 
+def editions_of(root: Path) -> list[str]:
+    from hooktutor.course.site import editions
+
+    return editions(root)
+
+
 def ids_in(path: Path) -> set[str]:
     return set(re.findall(r'\sid="([^"]+)"', path.read_text(encoding="utf-8")))
 
@@ -86,8 +92,10 @@ BROKEN_IMAGES = """() => [...document.querySelectorAll('img')]
 
 def test_every_page_loads_clean_and_every_internal_link_exists(site, served, browser):
     pages = sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html") if "_static" not in p.parts)
-    lessons = [p for p in pages if re.match(r"\d\d_", p)]
-    assert len(lessons) == len(list((ROOT / "notebooks").glob("*.ipynb"))) and "index.html" in pages
+    lessons = [p for p in pages if re.match(r"(?:[a-z]{2}_[A-Z]{2}/)?\d\d_", p)]
+    editions = editions_of(ROOT)
+    assert len(lessons) == len(editions) * len(list((ROOT / "notebooks").glob("*.ipynb")))
+    assert {f"{lang}/index.html" if lang != "en" else "index.html" for lang in editions} <= set(pages)
     context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     problems: list[str] = []
@@ -133,16 +141,30 @@ IMAGES = """() => [...document.querySelectorAll('article img')].map(img => [img.
 def lesson_page_problems(page, name: str, site: Path) -> list[str]:
     """What a lesson page lacks: its four launch buttons, alt texts, wrapped outputs, ..."""
     from hooktutor.course import links
+    from hooktutor.course.site_text import LANGUAGE_NAMES, launch_labels
+    from hooktutor.i18n import set_language
 
-    stem = name.removesuffix(".html")
+    lang, _, stem = name.removesuffix(".html").rpartition("/")
+    lang = lang or "en"
+    edition = None if lang == "en" else lang
     home = links.home(ROOT)
     found = []
     buttons = {a.inner_text().strip(): a.get_attribute("href")
                for a in page.locator(".hooktutor-launch a.hooktutor-button").all()}
-    want = {"Open in Colab": links.colab_url(home, f"{stem}.ipynb"),
-            "Open in Binder": links.binder_url(home, f"{stem}.ipynb"),
-            "Download the notebook": f"_static/notebooks/{stem}.ipynb",
-            "View the source": f"{home}/blob/{links.BRANCH}/notebooks/{stem}.ipynb"}
+    set_language(lang)
+    try:
+        labels = launch_labels()
+    finally:
+        set_language("en")
+    folder = "notebooks" if edition is None else f"notebooks/{edition}"
+    want = {labels["colab"]: links.colab_url(home, f"{stem}.ipynb", edition),
+            labels["binder"]: links.binder_url(home, f"{stem}.ipynb", edition),
+            labels["download"]: f"_static/notebooks/{stem}.ipynb",
+            labels["source"]: f"{home}/blob/{links.BRANCH}/{folder}/{stem}.ipynb"}
+    for other in editions_of(ROOT):   # the language switch: the same page in each other edition
+        if other != lang:
+            want[LANGUAGE_NAMES[other]] = ("" if lang == "en" else "../") + (
+                f"{stem}.html" if other == "en" else f"{other}/{stem}.html")
     if buttons != want:
         found.append(f"launch buttons {buttons}, expected {want}")
     if "BEGIN SOLUTION" in page.content() or "END SOLUTION" in page.content():
@@ -213,6 +235,37 @@ def test_search_finds_a_hook_api(served, browser):
         page.goto(f"{served}/search.html?q={SEARCHED}")
         results = page.locator("#search-results ul.search li")
         results.first.wait_for(timeout=WAIT_MS)
+        hrefs = [a.get_attribute("href") for a in page.locator("#search-results ul.search li a").all()]
+        assert any(h and h.startswith("04_backward_hooks.html") for h in hrefs), hrefs
+    finally:
+        context.close()
+
+
+def test_the_chinese_edition_speaks_chinese_and_switches_back(site, served, browser):
+    """The Chinese site (zh_CN/): its landing page and lessons in Chinese (headings, hints, the
+    solution's fold, a widget's pictures with the command that runs it in Chinese), each page
+    linking to the same page in English and back, and its search finding a hook API."""
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    try:
+        page.goto(f"{served}/zh_CN/index.html")
+        assert page.locator("html").get_attribute("lang") == "zh-CN"
+        for heading in ("你会学到什么", "适合谁", "从哪里开始", "课程列表"):
+            assert page.get_by_role("heading", name=heading).count() == 1, heading
+        assert page.locator('.hooktutor-launch a[hreflang="en"]').get_attribute("href") == "../index.html"
+        page.goto(f"{served}/zh_CN/01_tensor_hooks.html")
+        assert page.locator("h1").first.inner_text().startswith("01")
+        assert page.locator("details", has_text="显示答案").first.get_attribute("open") is None
+        hints = page.locator("details.hooktutor-hints").first
+        assert "的提示" in hints.inner_text() and "提示 1" in hints.inner_html()
+        fallback = page.locator(".hooktutor-fallback")
+        assert fallback.count() == 1 and "python3 course.py lab --lang zh_CN" in fallback.inner_text()
+        page.locator('.hooktutor-launch a[hreflang="en"]').click()
+        page.wait_for_url(f"{served}/01_tensor_hooks.html")
+        page.locator('.hooktutor-launch a[hreflang="zh-CN"]').click()
+        page.wait_for_url(f"{served}/zh_CN/01_tensor_hooks.html")
+        page.goto(f"{served}/zh_CN/search.html?q={SEARCHED}")
+        page.locator("#search-results ul.search li").first.wait_for(timeout=WAIT_MS)
         hrefs = [a.get_attribute("href") for a in page.locator("#search-results ul.search li a").all()]
         assert any(h and h.startswith("04_backward_hooks.html") for h in hrefs), hrefs
     finally:
