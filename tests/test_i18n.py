@@ -15,6 +15,7 @@ import textwrap
 
 import polib
 import pytest
+import torch
 
 from hooktutor import i18n
 from hooktutor.course import library_messages as lm
@@ -200,3 +201,25 @@ def test_chinese_prose_wraps_at_the_terminals_width_and_english_as_before():
     assert all(i18n.display_width(line) <= 42 for line in lines)
     assert not any(line[0] in "，。：）" for line in lines), "a closing mark never starts a line"
     assert sum(line.count("ReLU(inplace=True)") for line in lines) == 4, "code is never split"
+
+
+@pytest.mark.parametrize("variant", ["float64", "eval", "mixed", "as given"])
+def test_a_variants_report_names_the_result_and_the_variant_in_chinese(variant):
+    """What the kit's variants fill into a sentence (the result, the variant's clause, more or
+    fewer hooks) is translated with it: no English words inside the Chinese sentence."""
+    from hooktutor.exercises import variants
+
+    i18n.set_language("zh_CN")
+    said = []
+    for got, ref in ((torch.ones(2, dtype=torch.float64), torch.zeros(2, dtype=torch.float64)),
+                     (torch.zeros(2, dtype=torch.float32), torch.zeros(2, dtype=torch.float64)), (1.0, 2.0)):
+        with pytest.raises(variants.Difference) as caught:
+            variants.compare_results(got, ref, variant)
+        said += [i18n.tr(caught.value.what), i18n.tr(caught.value.nudge)]
+    for state in ((2, 1), (0, 1)):
+        with pytest.raises(variants.Difference) as caught:
+            variants._compare_state({("fc1", "hooks", "_forward_hooks"): state[0]},
+                                    {("fc1", "hooks", "_forward_hooks"): state[1]}, variant)
+        said.append(i18n.tr(caught.value.nudge))
+    for text in said:
+        assert CJK.search(text) and not re.search(r"\b(the result|with|mode|more|fewer|here)\b", text), text

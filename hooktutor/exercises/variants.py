@@ -69,6 +69,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..i18n import N_, fmt
 from ..inventory import global_hook_ids
 
 VARIANTS: dict[str, str] = {
@@ -80,6 +81,20 @@ VARIANTS: dict[str, str] = {
     "mixed": "the first case again, with some modules in train mode and some in eval mode",
     "generation": "the first case again, with a model whose generation_config samples by default",
 }
+# the part of each variant's text after "the first case again, ": what a report says the answer
+# got wrong in it, a message of its own (marked, so that the catalogue translates it inside a sentence)
+CLAUSES: dict[str, str] = {
+    "as given": N_("with a hook of the caller's on every module and a backward through the result"),
+    "float64": N_("with the model and its inputs in float64"),
+    "bfloat16": N_("with the model and its inputs in bfloat16"),
+    "eval": N_("with every module in eval mode"),
+    "mixed": N_("with some modules in train mode and some in eval mode"),
+    "generation": N_("with a model whose generation_config samples by default"),
+}
+RESULT = N_("the result")   # what a report calls the answer's value
+# words a report fills into its sentences, each a message of its own
+_WORDS = (N_("a bool"), N_("an int"), N_("a float"), N_("buffers"), N_("parameters"), N_("state_dict keys"),
+          N_("changed"))
 ASPECTS = ("result", "backward", "callers_hooks", "state", "globals")
 STRICT = False   # tests set it: an error of the variants' own machinery raises instead of skipping
 
@@ -502,7 +517,7 @@ def _close(a: torch.Tensor, b: torch.Tensor, scale: float = 1.0) -> bool:
     return torch.allclose(a, b, atol=atol * scale * max(1.0, size), rtol=rtol * scale, equal_nan=True)
 
 
-def compare_results(got: Any, ref: Any, variant: str, path: str = "the result", depth: int = 0) -> None:
+def compare_results(got: Any, ref: Any, variant: str, path: str = RESULT, depth: int = 0) -> None:
     if depth > 6:
         return
     low = variant in ("float64", "bfloat16")
@@ -515,12 +530,12 @@ def compare_results(got: Any, ref: Any, variant: str, path: str = "the result", 
                                  "and device")
             return   # another kind of value: the cases said what they needed of it
         if got.dtype != ref.dtype:
+            fix = ("a .float(), a torch.tensor(...) of your own or a tensor of another dtype in your "
+                   "computation changes it. Compute in the dtype of what you were given (torch.zeros_like, "
+                   "x.new_tensor(...), .to(x.dtype))")
             raise Difference("result", f"the dtype of {path}", ref.dtype, got.dtype, (
-                f"{path} is {got.dtype}, but should be {ref.dtype}"
-                + (f" (here the model and its inputs are in {variant})" if low else "")
-                + ": a .float(), a torch.tensor(...) of your own or a tensor of another dtype in your "
-                  "computation changes it. Compute in the dtype of what you were given (torch.zeros_like, "
-                  "x.new_tensor(...), .to(x.dtype))"))
+                f"{path} is {got.dtype}, but should be {ref.dtype} (here the model and its inputs are in "
+                f"{variant}): {fix}" if low else f"{path} is {got.dtype}, but should be {ref.dtype}: {fix}"))
         if tuple(got.shape) != tuple(ref.shape):
             raise Difference("result", f"the shape of {path}", tuple(ref.shape), tuple(got.shape),
                              f"{path} has shape {tuple(got.shape)}, but should have {tuple(ref.shape)}")
@@ -534,12 +549,15 @@ def compare_results(got: Any, ref: Any, variant: str, path: str = "the result", 
                 "setting the task asks for to generate() yourself (do_sample=False, min_new_tokens=...); "
                 "a model's defaults differ from one model to the next"))
         if not _close(got, ref):
-            raise Difference("result", f"the values of {path}", ref, got, (
-                f"{path} differs from the right values"
-                + (f" with the model and its inputs in {variant}: compute in their dtype (a float32 "
-                   "step in between loses precision)" if low else
-                   f" {VARIANTS[variant].split(', ', 1)[-1]}" if variant != "as given" else "")
-                + "; the task says what to compute"))
+            if low:
+                nudge = (f"{path} differs from the right values with the model and its inputs in {variant}: "
+                         "compute in their dtype (a float32 step in between loses precision); the task says "
+                         "what to compute")
+            elif variant != "as given":
+                nudge = f"{path} differs from the right values {CLAUSES[variant]}; the task says what to compute"
+            else:
+                nudge = f"{path} differs from the right values; the task says what to compute"
+            raise Difference("result", f"the values of {path}", ref, got, nudge)
         return
     if isinstance(ref, bool) or isinstance(got, bool):
         if type(got) is not type(ref) and isinstance(ref, (bool, int, float)):
@@ -551,8 +569,7 @@ def compare_results(got: Any, ref: Any, variant: str, path: str = "the result", 
         atol, rtol = _tolerance(torch.float64 if variant == "float64" else
                                 torch.bfloat16 if variant == "bfloat16" else torch.float32)
         if not (math.isclose(got, ref, rel_tol=rtol, abs_tol=atol) or (math.isnan(got) and math.isnan(ref))):
-            raise Difference("result", path, ref, got, f"{path} differs from the right value "
-                             f"{VARIANTS[variant].split(', ', 1)[-1]}")
+            raise Difference("result", path, ref, got, f"{path} differs from the right value {CLAUSES[variant]}")
         return
     if isinstance(ref, (list, tuple)) and isinstance(got, (list, tuple)):
         if len(got) != len(ref):
@@ -660,21 +677,24 @@ def _compare_state(got: dict, ref: dict, variant: str) -> None:
         if kind == "attributes":
             added = sorted(set(g or ()) - set(r or ()))
             removed = sorted(set(r or ()) - set(g or ()))
-            said = f"added {', '.join(added)}" if added else f"removed {', '.join(removed)}"
+            said = (fmt("added {names}", names=", ".join(added)) if added
+                    else fmt("removed {names}", names=", ".join(removed)))
             raise Difference("state", f"the attributes of {qual}", "as they were", said, (
                 f"your answer {said} on {qual}: keep your own state in your own variables (a closure, "
                 "a dict you return), not on the caller's modules"))
         if kind in ("buffers", "parameters", "state_dict keys"):
             added = sorted(set(g or ()) - set(r or ()))
             removed = sorted(set(r or ()) - set(g or ()))
-            said = f"added {', '.join(added)}" if added else f"removed {', '.join(removed)}" if removed else "changed"
+            said = (fmt("added {names}", names=", ".join(added)) if added
+                    else fmt("removed {names}", names=", ".join(removed)) if removed else "changed")
             raise Difference("state", f"the {kind} of {qual}", "as they should be", said, (
                 f"your answer {said} ({kind}) on {qual}: its state_dict changes with it, and a checkpoint "
                 "saved from it no longer loads into a fresh model. Keep your own state outside the module"))
         if kind in ("hooks", "tensor hooks"):
+            fix = "remove exactly the hooks you added, with their handles, and no others"
             raise Difference("state", f"the hooks on {qual}{' ' + name if name else ''}", r, g, (
-                f"{'more' if (g or 0) > (r or 0) else 'fewer'} hooks are on {qual} after your answer than "
-                "should be: remove exactly the hooks you added, with their handles, and no others"))
+                f"more hooks are on {qual} after your answer than should be: {fix}" if (g or 0) > (r or 0)
+                else f"fewer hooks are on {qual} after your answer than should be: {fix}"))
         if kind == "grad":
             raise Difference("state", f"{qual}.{name}.grad", "None" if r is None else "the gradient it had",
                              "a gradient" if g is not None else "None", (

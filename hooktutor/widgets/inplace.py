@@ -48,7 +48,8 @@ class InplaceOutcome:
                   f"(a clone: min {self.true_min:.3f}, negatives {self.true_negative:.0%})")
         backward = ("full backward hook: works" if self.backward_error is None
                     else f"full backward hook: {self.backward_error}")
-        return f"ReLUs in place: {'yes' if self.inplace else 'no'} · {stored} · {backward}"
+        where = "ReLUs in place: yes" if self.inplace else "ReLUs in place: no"
+        return f"{where} · {stored} · {backward}"
 
 
 def _first_line(exc: BaseException) -> str:
