@@ -253,7 +253,6 @@ def index_page(lessons: list[Lesson], home: str, lang: str = "en", others: list[
              for name, group in (("core", core), ("advanced", advanced))}
     first = lessons[0].stem if lessons else "00_start_here"
     toc = "\n".join(lesson.stem for lesson in lessons)
-    guide = {Path(g).stem: Path(g).stem for g in GUIDES}
     if english:
         header = fmt("| lesson | level | time | what you learn |")
     else:
@@ -268,14 +267,14 @@ def index_page(lessons: list[Lesson], home: str, lang: str = "en", others: list[
                           for url, label in labels)
                + (" " + switch if switch else "") + "</div>")
     lessons_caption = tr("Lessons")
-    instructors = guide["instructors"] + ".md"
+    instructors = "instructors.md"
     guides_list = "\n".join([
         fmt("- [The instructor's guide]({url}): schedules, the student edition, nbgrader.",
             url=instructors),
         fmt("- [Writing a lesson]({url}): the rules every lesson follows.",
-            url=guide["authoring"] + ".md"),
+            url="authoring.md"),
         fmt("- [Torch versions]({url}): which torch release passes which lesson.",
-            url=guide["torch-versions"] + ".md")])
+            url="torch-versions.md")])
     guides_caption = tr("Guides")
     guides_toc = ("\n\n```{toctree}\n:hidden:\n:caption: " + guides_caption + "\n\n"
                   + "\n".join(Path(g).stem for g in GUIDES) + "\n```\n")
@@ -320,6 +319,11 @@ def index_page(lessons: list[Lesson], home: str, lang: str = "en", others: list[
     ])
 
 
+def lessons_folder(root: Path, lang: str) -> Path:
+    """Where the lessons of the edition in ``lang`` are: ``notebooks/``, ``notebooks/zh_CN/``."""
+    return root / "notebooks" if lang == "en" else root / "notebooks" / lang
+
+
 def write_source(root: Path, dest: Path, fallbacks: dict[str, dict[int, str]] | None = None,
                  home: str = "https://github.com/hooktutor/hooktutor", lang: str = "en",
                  others: list[str] = ()) -> list[Lesson]:
@@ -328,7 +332,7 @@ def write_source(root: Path, dest: Path, fallbacks: dict[str, dict[int, str]] | 
     ``lang`` (``zh_CN``), the edition in that language: its lessons (``notebooks/zh_CN/``) and
     landing page; the guides (English) in each. ``others``: the editions the pages link to."""
     fallbacks = fallbacks or {}
-    notebooks = root / "notebooks" if lang == "en" else root / "notebooks" / lang
+    notebooks = lessons_folder(root, lang)
     dest.mkdir(parents=True, exist_ok=True)
     lessons = lesson_table((root / "README.md").read_text(encoding="utf-8"))
     from .workbook import edition

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .site_source import WIDGET_VIEW, source_of
+from .site_source import WIDGET_VIEW, lessons_folder, source_of
 
 # -- which cells a widget's cell needs --------------------------------------------------------
 
@@ -239,7 +239,7 @@ def render_all(root: Path, folder: Path, lang: str = "en") -> dict[str, dict[int
 
     from ..i18n import language, set_language
 
-    notebooks = root / "notebooks" if lang == "en" else root / "notebooks" / lang
+    notebooks = lessons_folder(root, lang)
     key = hashlib.sha256(lang.encode())
     for path in sorted([*notebooks.glob("*.ipynb"), *(root / "hooktutor").rglob("*.py"),
                         *(root / "hooktutor" / "locale").rglob("*.po")]):
